@@ -1,0 +1,44 @@
+// The actor-system configuration shared by every caf-hvd process: message types and
+// spawnable actors must be registered identically on both ends of the wire.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+namespace cafhvd {
+
+/// What node-side actors need to know about the agent that hosts them.
+struct node_settings {
+  std::string name;           // the node's identity in jobs
+  uint32_t slots = 0;         // 0 = not limited
+  std::string shim;           // path of caf-hvd-exec
+  caf::actor guardian;        // every colocator links to it; stopping it ends all jobs
+};
+
+/// Liveness of the links between driver and node agents; both ends must send heartbeats
+/// (CAF 0.17 has them off by default and drops idle peers that send none).
+struct liveness {
+  std::chrono::milliseconds heartbeat{500};
+  std::chrono::milliseconds timeout{3000};
+};
+
+class hvd_config : public caf::actor_system_config {
+public:
+  hvd_config();
+  /// Applies heartbeat settings and loads the middleman.
+  void enable_network(const liveness& l);
+  std::shared_ptr<node_settings> node = std::make_shared<node_settings>();
+};
+
+/// The node settings of the system an actor runs in.
+const node_settings& settings_of(caf::actor_system& sys);
+
+/// Spawns the guardian of a node: it ignores exits of its linked actors and, on
+/// shutdown_atom, quits and takes them all down.
+caf::actor spawn_guardian(caf::actor_system& sys);
+
+} // namespace cafhvd

@@ -1,0 +1,40 @@
+// The driver: owns one job from placement to exit code, as a small number of explicit
+// phases, each bounded by a deadline and able to say whom it is waiting for.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/protocol.hpp"
+#include "runtime/host_spec.hpp"
+
+namespace cafhvd {
+
+/// Everything the user asked for, validated by the command line front end.
+struct job_config {
+  std::vector<host_spec> hosts;       // node agents in the order given
+  std::vector<std::string> addresses; // resolved IPv4 address of each host
+  bool embedded = false;              // `caf-hvd run`: one node inside this process
+  int np = 1;
+  std::vector<std::string> command;
+  std::vector<std::string> base_env;  // forwarded from the driver's environment
+  std::vector<std::string> extra_env; // --env KEY=VALUE
+  std::string cwd;
+  std::chrono::milliseconds start_timeout{30000};
+  std::chrono::milliseconds kill_grace{5000};
+  std::string output_dir; // --output-filename
+  bool verbose = false;
+};
+
+/// Filled in by the driver before it quits.
+struct job_result {
+  int exit_code = 1;
+};
+
+/// Spawns the driver for `job`; the result is set when the driver actor terminates.
+driver_full_actor spawn_driver(caf::actor_system& sys, job_config job,
+                               std::shared_ptr<job_result> result);
+
+} // namespace cafhvd

@@ -1,0 +1,130 @@
+// Colocator and worker behaviours. A worker owns its rank's process; the colocator
+// owns the node's share of the job and guarantees that none of its processes outlives
+// the job, also when the driver vanishes.
+#include "actors/node_actors.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <unistd.h>
+
+#include "actors/config.hpp"
+#include "runtime/nic.hpp"
+
+namespace cafhvd {
+
+colocator_actor::behavior_type
+colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_actor driver,
+             std::string job, int32_t grace_ms) {
+  self->state.driver = driver;
+  auto& node = settings_of(self->system());
+  if (node.guardian)
+    self->link_to(node.guardian);
+  self->monitor(driver);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (dm.source == st.driver) {
+      // The driver is gone: stop this node's ranks as the driver would have.
+      st.driver_gone = true;
+      if (st.workers.empty()) {
+        self->quit(caf::exit_reason::user_shutdown);
+        return;
+      }
+      for (auto& w : st.workers)
+        self->send(w, terminate_atom::value, int32_t{SIGTERM});
+      self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
+      return;
+    }
+    auto it = std::find_if(st.workers.begin(), st.workers.end(),
+                           [&](auto& w) { return w.address() == dm.source; });
+    if (it != st.workers.end())
+      st.workers.erase(it);
+    if (st.driver_gone && st.workers.empty())
+      self->quit(caf::exit_reason::user_shutdown);
+  });
+  (void) job;
+  return {
+    [=](node_atom) -> node_info {
+      auto& n = settings_of(self->system());
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      return node_info{n.name, host, static_cast<int32_t>(getpid()), n.slots,
+                       list_interfaces()};
+    },
+    [=](port_atom) -> int32_t { return find_free_port(); },
+    [=](enlist_atom, worker_actor w) {
+      self->monitor(w);
+      self->state.workers.push_back(std::move(w));
+    },
+    [=](terminate_atom, int32_t grace) {
+      for (auto& w : self->state.workers)
+        self->send(w, terminate_atom::value, int32_t{SIGTERM});
+      self->delayed_send(self, std::chrono::milliseconds(grace), kill_atom::value);
+    },
+    [=](kill_atom) {
+      for (auto& w : self->state.workers)
+        self->send(w, terminate_atom::value, int32_t{SIGKILL});
+      if (self->state.driver_gone)
+        self->quit(caf::exit_reason::user_shutdown);
+    },
+  };
+}
+
+worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_state> self,
+                                      colocator_actor colocator, driver_actor driver,
+                                      uint32_t rank) {
+  self->state.driver = driver;
+  self->state.rank = rank;
+  // A colocator that dies abnormally (node shutdown) takes its workers along.
+  self->link_to(colocator);
+  self->send(colocator, enlist_atom::value, caf::actor_cast<worker_actor>(self));
+  auto report_exit = [=](const exit_status& st) {
+    rank_exit ex{self->state.rank, settings_of(self->system()).name, st.code, st.signal,
+                 st.exec_error};
+    self->send(self->state.driver, exited_atom::value, ex);
+    self->quit();
+  };
+  return {
+    [=](hostname_atom) -> std::string { return settings_of(self->system()).name; },
+    [=](launch_atom, launch_spec& spec) -> int32_t {
+      auto& st = self->state;
+      process_spec ps{settings_of(self->system()).shim, std::move(spec.argv),
+                      std::move(spec.env), std::move(spec.cwd)};
+      auto hdl = caf::actor_cast<worker_actor>(self);
+      auto window = st.window;
+      auto r = st.rank;
+      try {
+        st.child = std::make_unique<child_process>(
+          ps,
+          [hdl, window, r](stream_kind k, std::vector<std::string>&& lines) {
+            if (window->acquire())
+              caf::anon_send(hdl, output_atom::value,
+                             output_batch{r, static_cast<int32_t>(k), std::move(lines)});
+          },
+          [hdl, r](const exit_status& es) {
+            caf::anon_send(hdl, exited_atom::value,
+                           rank_exit{r, {}, es.code, es.signal, es.exec_error});
+          });
+      } catch (const std::exception& e) {
+        report_exit(exit_status{127, 0, e.what()});
+        return 0;
+      }
+      return st.child->pid();
+    },
+    [=](terminate_atom, int32_t sig) {
+      if (self->state.child)
+        self->state.child->signal_group(sig);
+    },
+    [=](output_atom, output_batch& batch) {
+      auto window = self->state.window;
+      self->request(self->state.driver, std::chrono::seconds(60), output_atom::value,
+                    std::move(batch))
+        .then([window](caf::ok_atom) { window->release(); },
+              [window](caf::error&) { window->release(); });
+    },
+    [=](exited_atom, rank_exit& ex) {
+      report_exit(exit_status{ex.code, ex.signal, ex.exec_error});
+    },
+  };
+}
+
+} // namespace cafhvd

@@ -1,0 +1,43 @@
+// The node side of a job: the colocator (one per node per job) and the workers (one
+// per rank). Node agents offer both for remote spawn; `caf-hvd run` spawns them locally.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/protocol.hpp"
+#include "runtime/process.hpp"
+
+namespace cafhvd {
+
+struct colocator_state {
+  colocator_state() = default; // not an aggregate: CAF would construct it from `self`
+  driver_actor driver;
+  std::vector<worker_actor> workers; // live workers of this node
+  bool driver_gone = false;
+  static inline const char* name = "colocator";
+};
+
+/// Spawn arguments: the job's driver, the job id (for diagnostics) and the grace
+/// period between SIGTERM and SIGKILL when the driver disappears.
+colocator_actor::behavior_type
+colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_actor driver,
+             std::string job, int32_t grace_ms);
+
+struct worker_state {
+  worker_state() = default;
+  std::shared_ptr<flow_window> window = std::make_shared<flow_window>(8);
+  std::unique_ptr<child_process> child; // destroyed before the window: kills the group
+  driver_actor driver;
+  uint32_t rank = 0;
+  ~worker_state() { window->close(); }
+  static inline const char* name = "worker";
+};
+
+/// Spawn arguments: the node's colocator, the job's driver and the rank.
+worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_state> self,
+                                      colocator_actor colocator, driver_actor driver,
+                                      uint32_t rank);
+
+} // namespace cafhvd

@@ -1,0 +1,163 @@
+// The whole caf-hvd protocol on one page: atoms, message types and the typed
+// interfaces of the driver, coordinator, colocator and worker actors.
+//
+//   driver ──spawn──▶ colocator (one per node per job)      node agent process
+//   driver ──spawn──▶ worker (one per rank) ──▶ child process (caf-hvd-exec ▶ command)
+//   driver ◀─output/exited── worker            driver ──register/finalize──▶ coordinator
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "runtime/nic.hpp"
+
+namespace cafhvd {
+
+// -- atoms (at most 10 characters) ---------------------------------------------------
+
+using hostname_atom = caf::atom_constant<caf::atom("hostname")>;
+using node_atom = caf::atom_constant<caf::atom("nodeinfo")>;
+using port_atom = caf::atom_constant<caf::atom("freeport")>;
+using launch_atom = caf::atom_constant<caf::atom("launch")>;
+using output_atom = caf::atom_constant<caf::atom("output")>;
+using exited_atom = caf::atom_constant<caf::atom("exited")>;
+using enlist_atom = caf::atom_constant<caf::atom("enlist")>;
+using terminate_atom = caf::atom_constant<caf::atom("terminate")>;
+using kill_atom = caf::atom_constant<caf::atom("kill")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+using finalize_atom = caf::atom_constant<caf::atom("finalize")>;
+using interrupt_atom = caf::atom_constant<caf::atom("interrupt")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+constexpr hostname_atom hostname_atom_v{};
+constexpr node_atom node_atom_v{};
+constexpr port_atom port_atom_v{};
+constexpr launch_atom launch_atom_v{};
+constexpr output_atom output_atom_v{};
+constexpr exited_atom exited_atom_v{};
+constexpr enlist_atom enlist_atom_v{};
+constexpr terminate_atom terminate_atom_v{};
+constexpr kill_atom kill_atom_v{};
+constexpr register_atom register_atom_v{};
+constexpr finalize_atom finalize_atom_v{};
+constexpr interrupt_atom interrupt_atom_v{};
+constexpr deadline_atom deadline_atom_v{};
+constexpr shutdown_atom shutdown_atom_v{};
+
+// -- messages ------------------------------------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, interface_addr& x) {
+  return f(caf::meta::type_name("interface_addr"), x.name, x.address, x.prefix, x.loopback);
+}
+
+/// What a colocator tells the driver about its node.
+struct node_info {
+  std::string name;        // the node's identity in jobs (HOROVOD_HOSTNAME)
+  std::string os_hostname; // the machine's hostname
+  int32_t pid = 0;         // the agent's process id
+  uint32_t slots = 0;      // slots the agent offers; 0 = not limited
+  std::vector<interface_addr> interfaces;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_info& x) {
+  return f(caf::meta::type_name("node_info"), x.name, x.os_hostname, x.pid, x.slots,
+           x.interfaces);
+}
+
+/// What a worker runs: the user's command with its complete environment.
+struct launch_spec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env; // KEY=VALUE
+  std::string cwd;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, launch_spec& x) {
+  return f(caf::meta::type_name("launch_spec"), x.argv, x.env, x.cwd);
+}
+
+/// Whole lines a rank wrote to one stream (0 = stdout, 1 = stderr), in order.
+struct output_batch {
+  uint32_t rank = 0;
+  int32_t stream = 0;
+  std::vector<std::string> lines;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, output_batch& x) {
+  return f(caf::meta::type_name("output_batch"), x.rank, x.stream, x.lines);
+}
+
+/// How a rank's process ended.
+struct rank_exit {
+  uint32_t rank = 0;
+  std::string host;
+  int32_t code = 0;       // exit code (when signal == 0)
+  int32_t signal = 0;     // terminating signal, 0 if the process exited
+  std::string exec_error; // set when the command could not be executed (code 127)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_exit& x) {
+  return f(caf::meta::type_name("rank_exit"), x.rank, x.host, x.code, x.signal, x.exec_error);
+}
+
+/// The coordinator's answer for one rank.
+struct rank_info {
+  int32_t rank = 0;
+  int32_t local_rank = 0;
+  int32_t local_size = 0;
+  int32_t cross_rank = 0;
+  int32_t cross_size = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_info& x) {
+  return f(caf::meta::type_name("rank_info"), x.rank, x.local_rank, x.local_size, x.cross_rank,
+           x.cross_size);
+}
+
+// -- interfaces ----------------------------------------------------------------------
+
+/// The part of the driver that node-side actors talk to. Output is a request so that
+/// the worker holds a bounded number of batches in flight (flow control end to end).
+using driver_actor = caf::typed_actor<
+  caf::replies_to<output_atom, output_batch>::with<caf::ok_atom>,
+  caf::reacts_to<exited_atom, rank_exit>>;
+
+/// The driver's full interface: node-side messages plus its own signals and deadlines.
+using driver_full_actor = driver_actor::extend<
+  caf::reacts_to<interrupt_atom, int32_t>,  // SIGINT/SIGTERM received by the driver
+  caf::reacts_to<deadline_atom, uint32_t>>; // a phase's deadline (phase number)
+
+/// Registers ranks and computes local/cross values (Horovod's Coordinator).
+using coordinator_actor = caf::typed_actor<
+  caf::replies_to<register_atom, std::string, std::string, uint32_t>::with<caf::ok_atom>,
+  caf::replies_to<finalize_atom>::with<std::vector<rank_info>>>;
+
+/// One rank: reports its host, runs the command, streams output, reports the exit.
+using worker_actor = caf::typed_actor<
+  caf::replies_to<hostname_atom>::with<std::string>,
+  caf::replies_to<launch_atom, launch_spec>::with<int32_t>, // pid of the rank's process
+  caf::reacts_to<terminate_atom, int32_t>,                  // send a signal to the rank
+  caf::reacts_to<output_atom, output_batch>,                // from its reader thread
+  caf::reacts_to<exited_atom, rank_exit>>;                  // from its reader thread
+
+/// One node's side of a job: its workers, free ports, interfaces, and cleanup.
+using colocator_actor = caf::typed_actor<
+  caf::replies_to<node_atom>::with<node_info>,
+  caf::replies_to<port_atom>::with<int32_t>,
+  caf::reacts_to<enlist_atom, worker_actor>, // a worker of this node starts
+  caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
+  caf::reacts_to<kill_atom>>;                // the grace period is over
+
+/// Names under which node agents offer actors for remote spawn.
+inline constexpr const char* colocator_type_name = "colocator";
+inline constexpr const char* worker_type_name = "worker";
+
+} // namespace cafhvd

@@ -1,0 +1,89 @@
+// caf-hvd-exec: the parent of every rank's command. It leads the rank's process group,
+// dies with the node agent and takes the group with it (PR_SET_PDEATHSIG works on the
+// agent's side; the shim turns it into a SIGKILL of the whole group, grandchildren
+// included), and reports how the command ended on a status descriptor.
+//
+// usage: caf-hvd-exec AGENT_PID STATUS_FD -- COMMAND [ARGS...]
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <initializer_list>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace {
+
+int status_fd = -1;
+
+void report(const char* fmt, int value) {
+  if (status_fd < 0)
+    return;
+  char buf[64];
+  int n = std::snprintf(buf, sizeof(buf), fmt, value);
+  if (n > 0)
+    (void) !::write(status_fd, buf, static_cast<size_t>(n));
+}
+
+void on_agent_death(int) {
+  ::kill(0, SIGKILL); // the whole process group, this shim included
+}
+
+void on_forwarded_signal(int) {
+  // The agent signals the whole group, so the command got this signal too; the shim
+  // stays to report how the command ends. A handler (not SIG_IGN) resets on exec.
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5 || std::strcmp(argv[3], "--") != 0) {
+    std::fprintf(stderr, "usage: caf-hvd-exec AGENT_PID STATUS_FD -- COMMAND [ARGS...]\n"
+                         "(started by caf-hvd node agents; not meant to be run by hand)\n");
+    return 2;
+  }
+  pid_t agent = static_cast<pid_t>(std::atol(argv[1]));
+  status_fd = std::atoi(argv[2]);
+  if (status_fd >= 0)
+    fcntl(status_fd, F_SETFD, FD_CLOEXEC);
+  struct sigaction sa {};
+  sa.sa_handler = on_agent_death;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, nullptr);
+  sa.sa_handler = on_forwarded_signal;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT})
+    sigaction(sig, &sa, nullptr);
+  prctl(PR_SET_PDEATHSIG, SIGUSR2);
+  if (getppid() != agent) // the agent died before the line above took effect
+    on_agent_death(0);
+  prctl(PR_SET_CHILD_SUBREAPER, 1); // orphans of the command stay in reach
+
+  pid_t child = -1;
+  int rc = posix_spawnp(&child, argv[4], nullptr, nullptr, argv + 4, environ);
+  if (rc != 0) {
+    report("exec %d", rc);
+    return 127;
+  }
+  int wstatus = 0;
+  for (;;) {
+    pid_t got = waitpid(-1, &wstatus, 0);
+    if (got == child)
+      break;
+    if (got < 0 && errno != EINTR)
+      return 1;
+  }
+  if (WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    report("signal %d", sig);
+    return 128 + sig;
+  }
+  int code = WEXITSTATUS(wstatus);
+  report("exit %d", code);
+  return code;
+}

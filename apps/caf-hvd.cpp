@@ -1,0 +1,361 @@
+// caf-hvd: `node` runs a node agent, `driver` runs a job across node agents, `run` runs a
+// whole job on this machine. This file only parses arguments and starts actor systems.
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <thread>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include "actors/config.hpp"
+#include "actors/driver.hpp"
+#include "actors/protocol.hpp"
+#include "runtime/env.hpp"
+#include "runtime/host_spec.hpp"
+#include "runtime/process.hpp"
+
+extern char** environ;
+
+namespace po = boost::program_options;
+using namespace cafhvd;
+
+namespace {
+
+constexpr const char* version = "0.1.0";
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Signals that end a process gracefully are blocked in every thread (set before CAF
+// starts its threads) and taken with sigtimedwait, so no handler runs inside CAF.
+sigset_t termination_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+void block_termination_signals() {
+  auto set = termination_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+std::string this_hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::string shim_path() {
+  auto path = executable_dir() + "/caf-hvd-exec";
+  if (access(path.c_str(), X_OK) != 0)
+    throw std::runtime_error(
+      fmt::format("cannot find the rank launcher {} (it is built and installed next to "
+                  "caf-hvd)",
+                  path));
+  return path;
+}
+
+std::string resolve_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0)
+    throw usage_error(fmt::format("cannot resolve host '{}': {}", host, gai_strerror(rc)));
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  freeaddrinfo(res);
+  return buf;
+}
+
+// Splits argv at the first "--": options before, the command after.
+std::pair<std::vector<std::string>, std::vector<std::string>> split_command(int argc,
+                                                                            char** argv) {
+  std::vector<std::string> opts, cmd;
+  int i = 2;
+  for (; i < argc && std::string_view{argv[i]} != "--"; ++i)
+    opts.emplace_back(argv[i]);
+  for (++i; i < argc; ++i)
+    cmd.emplace_back(argv[i]);
+  return {opts, cmd};
+}
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& desc,
+                        const po::positional_options_description* pos = nullptr) {
+  po::variables_map vm;
+  try {
+    po::command_line_parser parser{args};
+    parser.options(desc).style(
+      (po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+      | po::command_line_style::allow_long_disguise);
+    if (pos)
+      parser.positional(*pos);
+    po::store(parser.run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw usage_error(e.what());
+  }
+  return vm;
+}
+
+// -- node ----------------------------------------------------------------------------
+
+int run_node(int argc, char** argv) {
+  po::options_description desc{"caf-hvd node: a node agent that runs ranks for drivers.\n\n"
+                               "usage: caf-hvd node [--port PORT] [--name NAME] [--slots N] "
+                               "[--bind ADDR]\n\noptions"};
+  int port = default_node_port;
+  std::string name, bind;
+  int slots = 0;
+  desc.add_options()("help,h", "show this help")(
+    "port,p", po::value(&port)->default_value(default_node_port), "TCP port to listen on")(
+    "name", po::value(&name), "the host's identity in jobs (HOROVOD_HOSTNAME); default: hostname")(
+    "slots", po::value(&slots)->default_value(0), "ranks this node accepts per job; 0 = no limit")(
+    "bind", po::value(&bind), "address to listen on; default: every interface");
+  auto [args, rest] = split_command(argc, argv);
+  if (!rest.empty())
+    throw usage_error("caf-hvd node takes no command");
+  auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (port < 0 || port > 65535)
+    throw usage_error(fmt::format("--port {} is out of range [0, 65535]", port));
+  if (slots < 0)
+    throw usage_error(fmt::format("--slots {} must not be negative", slots));
+  if (name.empty())
+    name = this_hostname();
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
+      throw usage_error(fmt::format("--name '{}': use letters, digits, '.', '-' or '_'", name));
+
+  block_termination_signals();
+  hvd_config cfg;
+  cfg.node->name = name;
+  cfg.node->slots = static_cast<uint32_t>(slots);
+  cfg.node->shim = shim_path();
+  cfg.enable_network(liveness{});
+  caf::actor_system sys{cfg};
+  cfg.node->guardian = spawn_guardian(sys);
+  auto opened = sys.middleman().open(static_cast<uint16_t>(port),
+                                     bind.empty() ? nullptr : bind.c_str(), true);
+  int rc = 0;
+  if (!opened) {
+    std::cerr << fmt::format("caf-hvd node: cannot listen on {}:{}: {}\n",
+                             bind.empty() ? "*" : bind, port, sys.render(opened.error()));
+    rc = 1;
+  } else {
+    std::cout << fmt::format("caf-hvd node '{}' listening on {}:{}\n", name,
+                             bind.empty() ? "*" : bind, *opened)
+              << std::flush;
+    auto set = termination_signals();
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0) {
+    }
+    std::cerr << fmt::format("caf-hvd node '{}': {} received, stopping\n", name, strsignal(sig));
+  }
+  caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  return rc;
+}
+
+// -- driver and run ------------------------------------------------------------------
+
+struct job_options {
+  po::options_description desc;
+  int np = 0;
+  double start_timeout = 30, kill_grace = 5;
+  std::string output_dir, hosts, hostfile;
+  std::vector<std::string> env;
+  std::vector<std::string> command;
+
+  job_options(const std::string& title, bool with_hosts) : desc{title} {
+    desc.add_options()("help,h", "show this help")("np", po::value(&np)->required(),
+                                                   "number of ranks")(
+      "start-timeout", po::value(&start_timeout)->default_value(30),
+      "seconds for every rank to be placed and started")(
+      "kill-grace-seconds", po::value(&kill_grace)->default_value(5),
+      "seconds between SIGTERM and SIGKILL when a job is stopped")(
+      "output-filename", po::value(&output_dir),
+      "also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr")(
+      "env", po::value(&env)->composing(), "KEY=VALUE added to every rank (repeatable)")(
+      "verbose", "print each phase of the job with timings");
+    if (with_hosts)
+      desc.add_options()("hosts,H", po::value(&hosts),
+                         "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
+        "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines");
+    desc.add_options()("command", po::value(&command)->composing(), "the command to run");
+  }
+};
+
+int run_job(int argc, char** argv, bool embedded) {
+  auto title = embedded
+                 ? std::string{"caf-hvd run: run a whole job on this machine.\n\n"
+                               "usage: caf-hvd run -np N [options] -- COMMAND [ARGS...]\n\n"
+                               "options"}
+                 : std::string{"caf-hvd driver: run a job across node agents.\n\n"
+                               "usage: caf-hvd driver -np N (-H SPEC,... | --hostfile FILE) "
+                               "[options] -- COMMAND [ARGS...]\n\noptions"};
+  job_options o{title, !embedded};
+  auto [args, cmd] = split_command(argc, argv);
+  if (std::find(args.begin(), args.end(), "--help") != args.end()
+      || std::find(args.begin(), args.end(), "-h") != args.end()) {
+    std::cout << o.desc << "\n";
+    return 0;
+  }
+  po::positional_options_description pos;
+  pos.add("command", -1);
+  auto vm = parse(args, o.desc, &pos);
+  o.command.insert(o.command.end(), cmd.begin(), cmd.end());
+
+  job_config job;
+  job.embedded = embedded;
+  job.verbose = vm.count("verbose") > 0;
+  if (o.command.empty())
+    throw usage_error("no command given: put it after '--', e.g. caf-hvd run -np 2 -- hostname");
+  if (o.np < 1)
+    throw usage_error(fmt::format("-np {}: need at least 1 rank", o.np));
+  if (!(o.start_timeout > 0))
+    throw usage_error("--start-timeout must be a positive number of seconds");
+  if (!(o.kill_grace >= 0))
+    throw usage_error("--kill-grace-seconds must not be negative");
+  for (auto& kv : o.env) {
+    try {
+      parse_env_assignment(kv);
+    } catch (const std::exception& e) {
+      throw usage_error(e.what());
+    }
+  }
+  if (embedded) {
+    job.hosts = {host_spec{"localhost", 0, static_cast<uint32_t>(o.np)}};
+  } else {
+    if (o.hosts.empty() == o.hostfile.empty())
+      throw usage_error("give the hosts with exactly one of -H/--hosts or --hostfile");
+    try {
+      if (!o.hosts.empty()) {
+        job.hosts = parse_host_list(o.hosts);
+      } else {
+        std::ifstream in{o.hostfile};
+        if (!in)
+          throw usage_error(fmt::format("cannot open hostfile {}", o.hostfile));
+        job.hosts = parse_hostfile(in, o.hostfile);
+      }
+    } catch (const spec_error& e) {
+      throw usage_error(e.what());
+    }
+    long total = 0;
+    for (auto& h : job.hosts)
+      total += h.slots;
+    if (o.np > total)
+      throw usage_error(fmt::format("-np {} exceeds the {} slots of the given hosts", o.np, total));
+    // Only hosts that receive ranks are contacted (the first hosts' slots in order).
+    long need = o.np;
+    for (auto& h : job.hosts) {
+      if (need <= 0)
+        break;
+      job.addresses.push_back(resolve_ipv4(h.host));
+      need -= h.slots;
+    }
+  }
+  job.np = o.np;
+  job.command = o.command;
+  job.extra_env = o.env;
+  job.base_env = forwardable_environment(environ);
+  char cwd[4096];
+  job.cwd = getcwd(cwd, sizeof(cwd)) ? cwd : "/";
+  job.start_timeout = std::chrono::milliseconds(static_cast<long>(o.start_timeout * 1000));
+  job.kill_grace = std::chrono::milliseconds(static_cast<long>(o.kill_grace * 1000));
+  job.output_dir = o.output_dir;
+
+  block_termination_signals();
+  hvd_config cfg;
+  if (embedded) {
+    cfg.node->name = this_hostname();
+    cfg.node->shim = shim_path();
+  } else {
+    cfg.enable_network(liveness{});
+  }
+  caf::actor_system sys{cfg};
+  if (embedded)
+    cfg.node->guardian = spawn_guardian(sys);
+  auto result = std::make_shared<job_result>();
+  auto driver = spawn_driver(sys, std::move(job), result);
+  std::atomic<bool> done{false};
+  std::thread signals{[&] {
+    auto set = termination_signals();
+    timespec tick{0, 50'000'000};
+    while (!done) {
+      int sig = sigtimedwait(&set, nullptr, &tick);
+      if (sig > 0)
+        caf::anon_send(driver, interrupt_atom::value, static_cast<int32_t>(sig));
+    }
+  }};
+  {
+    caf::scoped_actor self{sys};
+    self->monitor(driver);
+    self->receive([](caf::down_msg&) {});
+  }
+  done = true;
+  signals.join();
+  if (cfg.node->guardian)
+    caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  return result->exit_code;
+}
+
+void print_usage(std::ostream& os) {
+  os << "caf-hvd " << version << ": a distributed training job launcher (Horovod-compatible)\n\n"
+     << "usage:\n"
+     << "  caf-hvd run -np N [options] -- COMMAND [ARGS...]     a job on this machine\n"
+     << "  caf-hvd driver -np N -H HOST:SLOTS,... [options] -- COMMAND [ARGS...]\n"
+     << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--bind ADDR]\n"
+     << "  caf-hvd --version\n\n"
+     << "Run 'caf-hvd SUBCOMMAND --help' for the options of each.\n";
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(std::cerr);
+    return 2;
+  }
+  std::string_view sub = argv[1];
+  try {
+    if (sub == "--version" || sub == "version") {
+      std::cout << "caf-hvd " << version << " (CAF 0.17.6)\n";
+      return 0;
+    }
+    if (sub == "--help" || sub == "-h" || sub == "help") {
+      print_usage(std::cout);
+      return 0;
+    }
+    if (sub == "node")
+      return run_node(argc, argv);
+    if (sub == "driver")
+      return run_job(argc, argv, false);
+    if (sub == "run")
+      return run_job(argc, argv, true);
+    std::cerr << fmt::format("caf-hvd: unknown subcommand '{}'\n\n", sub);
+    print_usage(std::cerr);
+    return 2;
+  } catch (const usage_error& e) {
+    std::cerr << fmt::format("caf-hvd {}: error: {}\n(see 'caf-hvd {} --help')\n", sub, e.what(),
+                             sub);
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("caf-hvd {}: error: {}\n", sub, e.what());
+    return 1;
+  }
+}

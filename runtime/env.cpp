@@ -1,0 +1,110 @@
+// Builds per-rank environments; keeps one precedence order so that no caller mutates
+// a shared settings map (a fault of Horovod's runner).
+#include "runtime/env.hpp"
+
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace cafhvd {
+
+namespace {
+
+bool valid_key(std::string_view key) {
+  if (key.empty() || (key[0] >= '0' && key[0] <= '9'))
+    return false;
+  for (char c : key)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+          || c == '_'))
+      return false;
+  return true;
+}
+
+void put_all(std::map<std::string, std::string>& env, const std::vector<std::string>& kvs) {
+  for (auto& kv : kvs) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos && eq > 0)
+      env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+}
+
+} // namespace
+
+std::pair<std::string, std::string> parse_env_assignment(std::string_view text) {
+  auto eq = text.find('=');
+  if (eq == std::string_view::npos)
+    throw std::invalid_argument(
+      fmt::format("--env '{}': expected KEY=VALUE (the '=' is missing)", text));
+  auto key = text.substr(0, eq);
+  if (!valid_key(key))
+    throw std::invalid_argument(fmt::format(
+      "--env '{}': '{}' is not a valid variable name (letters, digits, '_', not starting "
+      "with a digit)",
+      text, key));
+  return {std::string{key}, std::string{text.substr(eq + 1)}};
+}
+
+std::vector<std::string> forwardable_environment(char** envp) {
+  static const char* skipped[] = {"PWD", "OLDPWD", "SHLVL", "HOSTNAME", "_"};
+  std::vector<std::string> out;
+  for (auto p = envp; p && *p; ++p) {
+    std::string_view kv = *p;
+    auto key = kv.substr(0, kv.find('='));
+    bool skip = key.rfind("BASH_FUNC_", 0) == 0;
+    for (auto s : skipped)
+      skip = skip || key == s;
+    if (!skip && kv.find('=') != std::string_view::npos)
+      out.emplace_back(kv);
+  }
+  return out;
+}
+
+std::optional<std::string> env_lookup(const std::vector<std::string>& env, std::string_view key) {
+  for (auto& kv : env)
+    if (kv.size() > key.size() && kv[key.size()] == '=' && kv.compare(0, key.size(), key) == 0)
+      return kv.substr(key.size() + 1);
+  return std::nullopt;
+}
+
+std::vector<std::string> build_rank_env(const rank_env_input& in) {
+  std::map<std::string, std::string> env;
+  put_all(env, in.base);
+  if (!in.iface.empty()) {
+    env["HOROVOD_GLOO_IFACE"] = in.iface;
+    env["GLOO_SOCKET_IFNAME"] = in.iface;
+    std::string joined;
+    for (auto& n : in.nccl_ifaces)
+      joined += (joined.empty() ? "" : ",") + n;
+    env["NCCL_SOCKET_IFNAME"] = joined.empty() ? in.iface : joined;
+  }
+  env["HOROVOD_CONTROLLER"] = "gloo";
+  env["HOROVOD_CPU_OPERATIONS"] = "gloo";
+  put_all(env, in.extra);
+  auto s = [](int v) { return std::to_string(v); };
+  env["HOROVOD_RANK"] = s(in.rank);
+  env["HOROVOD_SIZE"] = s(in.size);
+  env["HOROVOD_LOCAL_RANK"] = s(in.local_rank);
+  env["HOROVOD_LOCAL_SIZE"] = s(in.local_size);
+  env["HOROVOD_CROSS_RANK"] = s(in.cross_rank);
+  env["HOROVOD_CROSS_SIZE"] = s(in.cross_size);
+  env["HOROVOD_HOSTNAME"] = in.hostname;
+  if (!in.rendezvous_addr.empty()) {
+    env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = in.rendezvous_addr;
+    env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = s(in.rendezvous_port);
+  }
+  env["RANK"] = s(in.rank);
+  env["WORLD_SIZE"] = s(in.size);
+  env["LOCAL_RANK"] = s(in.local_rank);
+  env["LOCAL_WORLD_SIZE"] = s(in.local_size);
+  env["GROUP_RANK"] = s(in.group_rank);
+  env["MASTER_ADDR"] = in.master_addr;
+  env["MASTER_PORT"] = s(in.master_port);
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (auto& [k, v] : env)
+    out.push_back(k + "=" + v);
+  return out;
+}
+
+} // namespace cafhvd

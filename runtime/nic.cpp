@@ -1,0 +1,40 @@
+// Enumerates IPv4 interfaces with getifaddrs.
+#include "runtime/nic.hpp"
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+namespace cafhvd {
+
+std::vector<interface_addr> list_interfaces() {
+  std::vector<interface_addr> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0)
+    return out;
+  for (auto p = list; p; p = p->ifa_next) {
+    if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET || !(p->ifa_flags & IFF_UP))
+      continue;
+    char buf[INET_ADDRSTRLEN] = {};
+    auto sin = reinterpret_cast<sockaddr_in*>(p->ifa_addr);
+    inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf));
+    int prefix = 0;
+    if (p->ifa_netmask)
+      prefix = __builtin_popcount(reinterpret_cast<sockaddr_in*>(p->ifa_netmask)->sin_addr.s_addr);
+    out.push_back({p->ifa_name, buf, prefix, (p->ifa_flags & IFF_LOOPBACK) != 0});
+  }
+  freeifaddrs(list);
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
+    return a.name != b.name ? a.name < b.name : a.address < b.address;
+  });
+  return out;
+}
+
+bool is_loopback_address(const std::string& ipv4) {
+  in_addr a{};
+  return inet_pton(AF_INET, ipv4.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+} // namespace cafhvd

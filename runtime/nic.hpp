@@ -1,0 +1,24 @@
+// Network interfaces of this host, as NIC discovery needs them: up IPv4 interfaces with
+// their addresses, in a deterministic order.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace cafhvd {
+
+struct interface_addr {
+  std::string name;    // e.g. "lo", "eth0"
+  std::string address; // dotted IPv4
+  int prefix = 0;      // netmask length
+  bool loopback = false;
+  friend bool operator==(const interface_addr&, const interface_addr&) = default;
+};
+
+/// Up IPv4 interfaces with addresses, sorted by name then address.
+std::vector<interface_addr> list_interfaces();
+
+/// True for 127.0.0.0/8.
+bool is_loopback_address(const std::string& ipv4);
+
+} // namespace cafhvd

@@ -1,0 +1,101 @@
+// Process supervision for one rank: start the command through the caf-hvd-exec shim in
+// its own process group, stream its output as whole lines, report how it ended.
+// Knows nothing about actors; callers get callbacks on a reader thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace cafhvd {
+
+enum class stream_kind : int { out = 0, err = 1 };
+
+/// Splits a byte stream into lines without ever splitting or merging them; a line
+/// longer than `max_line` is emitted in pieces of that size.
+class line_splitter {
+public:
+  explicit line_splitter(size_t max_line = 1 << 20) : max_line_(max_line) {}
+  /// Appends complete lines of `data` (without '\n') to `out`.
+  void feed(const char* data, size_t n, std::vector<std::string>& out);
+  /// Emits the pending last line (one without a trailing newline), if any.
+  void finish(std::vector<std::string>& out);
+
+private:
+  std::string partial_;
+  size_t max_line_;
+};
+
+/// A credit counter that lets a reader thread run at most `capacity` batches ahead of
+/// their consumer, so a rank printing without pause cannot exhaust memory: the pipe
+/// fills and the rank blocks, and nothing is dropped.
+class flow_window {
+public:
+  explicit flow_window(int capacity) : credits_(capacity) {}
+  /// Takes a credit, waiting while none is left; returns false once closed.
+  bool acquire();
+  void release();
+  /// Wakes every waiter for good (the consumer is gone).
+  void close();
+
+private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  int credits_;
+  bool closed_ = false;
+};
+
+/// How a rank's process ended.
+struct exit_status {
+  int code = 0;           // exit code when it exited
+  int signal = 0;         // terminating signal, 0 if it exited
+  std::string exec_error; // non-empty when the command could not be executed
+  /// Exit code a launcher reports: code, 128+signal, or 127 for exec failures.
+  int launcher_code() const;
+  /// "exit code 3", "signal 9 (Killed)", "cannot execute 'x': No such file or directory".
+  std::string describe() const;
+};
+
+struct process_spec {
+  std::string shim;               // path of caf-hvd-exec
+  std::vector<std::string> argv;  // the user's command, argv[0] looked up in PATH
+  std::vector<std::string> env;   // complete environment, KEY=VALUE
+  std::string cwd;                // working directory ("" = inherit)
+};
+
+/// A running rank process. Destroying it kills the whole process group; the reader
+/// thread still reaps the child and reports the exit through `on_exit`.
+class child_process {
+public:
+  using output_fn = std::function<void(stream_kind, std::vector<std::string>&&)>;
+  using exit_fn = std::function<void(const exit_status&)>;
+
+  /// Starts the process. `on_output` may block (flow control). Throws
+  /// std::runtime_error with the OS error when the process cannot be started.
+  child_process(const process_spec& spec, output_fn on_output, exit_fn on_exit);
+  ~child_process();
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  /// Sends `sig` to the rank's process group unless it has already been reaped.
+  void signal_group(int sig);
+
+private:
+  struct shared;
+  std::shared_ptr<shared> shared_;
+  pid_t pid_ = -1;
+};
+
+/// Returns a TCP port that is free on this host right now (bound to 0 and released).
+int find_free_port();
+
+/// Directory of the running executable (for locating caf-hvd-exec beside caf-hvd).
+std::string executable_dir();
+
+} // namespace cafhvd

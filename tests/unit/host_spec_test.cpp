@@ -1,0 +1,50 @@
+// Host specs and hostfiles: what users type, and the errors they get for typos.
+#include <doctest/doctest.h>
+#include <sstream>
+
+#include "runtime/host_spec.hpp"
+
+using namespace cafhvd;
+
+TEST_CASE("host specs with and without a port") {
+  CHECK(parse_host_spec("node-1:4") == host_spec{"node-1", default_node_port, 4});
+  CHECK(parse_host_spec("10.0.0.2:7000:2") == host_spec{"10.0.0.2", 7000, 2});
+  auto hosts = parse_host_list("a:2, b:9000:1");
+  REQUIRE(hosts.size() == 2);
+  CHECK(hosts[1] == host_spec{"b", 9000, 1});
+}
+
+TEST_CASE("malformed host specs are rejected with the offending text") {
+  CHECK_THROWS_WITH_AS(parse_host_spec("nodeonly"),
+                       doctest::Contains("expected HOST:SLOTS or HOST:PORT:SLOTS"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_host_spec("a:zero"), doctest::Contains("'zero'"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_host_spec("a:0"), doctest::Contains("out of range"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_host_spec("a:70000:1"), doctest::Contains("port"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_host_spec(":2"), doctest::Contains("empty host"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_host_spec("a b:2"), doctest::Contains("invalid character"),
+                       spec_error);
+  CHECK_THROWS_WITH_AS(parse_host_list("a:1,,b:1"), doctest::Contains("empty item"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_host_list(""), doctest::Contains("empty host list"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_host_list("a:1,a:2"), doctest::Contains("listed twice"), spec_error);
+  // Same host on two ports is two node agents, which is fine.
+  CHECK(parse_host_list("a:7000:1,a:7001:1").size() == 2);
+}
+
+TEST_CASE("hostfiles in horovodrun's format") {
+  std::istringstream in{"# cluster\n\nnode-a slots=2\nnode-b:7001 slots=4   # big one\n"
+                        "node-c\n"};
+  auto hosts = parse_hostfile(in, "hosts.txt");
+  REQUIRE(hosts.size() == 3);
+  CHECK(hosts[0] == host_spec{"node-a", default_node_port, 2});
+  CHECK(hosts[1] == host_spec{"node-b", 7001, 4});
+  CHECK(hosts[2] == host_spec{"node-c", default_node_port, 1});
+}
+
+TEST_CASE("hostfile errors name the file and line") {
+  std::istringstream bad_slots{"a slots=2\nb slots=x\n"};
+  CHECK_THROWS_WITH_AS(parse_hostfile(bad_slots, "hf"), doctest::Contains("hf:2"), spec_error);
+  std::istringstream bad_key{"a cpus=2\n"};
+  CHECK_THROWS_WITH_AS(parse_hostfile(bad_key, "hf"), doctest::Contains("slots=N"), spec_error);
+  std::istringstream empty{"# nothing\n\n"};
+  CHECK_THROWS_WITH_AS(parse_hostfile(empty, "hf"), doctest::Contains("no hosts"), spec_error);
+}
