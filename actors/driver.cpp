@@ -224,8 +224,8 @@ private:
   // -- place ----------------------------------------------------------------------------
 
   template <class Handle, class F>
-  void spawn_on(size_t node, const char* type, caf::message args, F on_spawned) {
-    auto who = fmt::format("{} on {}", type, nodes_[node].spec.endpoint());
+  void spawn_on(size_t node, const char* type, const std::string& who, caf::message args,
+                F on_spawned) {
     waiting_.insert(who);
     auto mm = system().middleman().actor_handle();
     request(mm, remaining(), caf::spawn_atom::value, nodes_[node].nid, std::string{type},
@@ -259,6 +259,7 @@ private:
         answered("colocator");
       } else {
         spawn_on<colocator_actor>(i, colocator_type_name,
+                                  fmt::format("colocator on {}", nodes_[i].spec.endpoint()),
                                   caf::make_message(self_hdl, std::string{"job"}, grace),
                                   with_colocator);
       }
@@ -301,6 +302,7 @@ private:
         with_worker(spawn(worker_fn, n.colocator, self_hdl, static_cast<uint32_t>(r)));
       } else {
         spawn_on<worker_actor>(i, worker_type_name,
+                               fmt::format("worker of rank {} on {}", r, n.spec.endpoint()),
                                caf::make_message(n.colocator, self_hdl, static_cast<uint32_t>(r)),
                                with_worker);
       }
