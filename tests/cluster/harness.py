@@ -1,0 +1,122 @@
+"""Real processes for cluster tests: node agents on loopback, each its own host, and a
+driver. Everything started here is killed and reaped on cleanup, also on failure."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pids_matching(pattern, prefix=False):
+    """Pids of processes whose command line contains (or, with prefix, starts with)
+    `pattern`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        hit = cmd.startswith(pattern) if prefix else pattern in cmd
+        if hit and int(entry) != os.getpid():
+            out.append(int(entry))
+    return out
+
+
+def wait_until(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Cluster:
+    """Starts node agents and drivers; `close()` kills all of them and their ranks."""
+
+    def __init__(self):
+        self.procs = []
+        self.nodes = {}
+
+    def node(self, name, slots=None):
+        port = free_port()
+        args = [CAF_HVD, "node", "--port", str(port), "--name", name, "--bind", "127.0.0.1"]
+        if slots is not None:
+            args += ["--slots", str(slots)]
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        if "listening" not in line:
+            raise AssertionError(f"node {name} did not start: {line!r}")
+        self.nodes[name] = (p, port)
+        return port
+
+    def spec(self, name, slots):
+        return f"127.0.0.1:{self.nodes[name][1]}:{slots}"
+
+    def start(self, args, **kw):
+        p = subprocess.Popen([CAF_HVD] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True, text=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def run(self, args, timeout=60, **kw):
+        p = self.start(args, **kw)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError(f"caf-hvd {' '.join(args)} did not finish in {timeout}s:\n{err}")
+        return p.returncode, out, err
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for s in (p.stdout, p.stderr):
+                if s:
+                    s.close()
+        self.procs.clear()
+
+
+LINE = re.compile(r"^\[(\d+)\]<(stdout|stderr)>:(.*)$")
+
+
+def rank_lines(text, stream="stdout"):
+    """Maps rank -> list of lines it printed on `stream`."""
+    out = {}
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m and m.group(2) == stream:
+            out.setdefault(int(m.group(1)), []).append(m.group(3))
+    return out
+
+
+def rank_envs(text):
+    """Maps rank -> environment, from ranks that ran `env`."""
+    envs = {}
+    for rank, lines in rank_lines(text).items():
+        envs[rank] = dict(l.split("=", 1) for l in lines if "=" in l)
+    return envs

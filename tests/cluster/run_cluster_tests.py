@@ -1,0 +1,321 @@
+"""Cluster tests: real node agents (several per machine, each its own host) and a real
+driver, checked from the ranks' own output. Run by `meson test`; prints a closing
+'N passed, N failed' line."""
+
+import os
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Cluster, pids_matching, rank_envs, rank_lines, wait_until  # noqa: E402
+
+
+class ClusterTest(unittest.TestCase):
+    def setUp(self):
+        self.c = Cluster()
+        self.addCleanup(self.c.close)
+        self.marker = f"{time.monotonic_ns() % 10**9}"
+
+    def sleeper(self, seconds=60):
+        """A rank command that sleeps in a grandchild and is findable by its marker."""
+        return ["sh", "-c", f"sleep {seconds}.{self.marker}; true"]
+
+    def sleeping(self):
+        return pids_matching(f"sleep 60.{self.marker}", prefix=True)
+
+    def assert_no_ranks_left(self, timeout=5):
+        wait_until(lambda: not pids_matching(f"60.{self.marker}"), timeout,
+                   "every rank process to be gone")
+
+    def layout(self, hosts, np):
+        for name, _ in hosts:
+            if name not in self.c.nodes:
+                self.c.node(name)
+        spec = ",".join(self.c.spec(n, s) for n, s in hosts)
+        rc, out, err = self.c.run(["driver", "-np", str(np), "-H", spec, "--", "env"])
+        self.assertEqual(rc, 0, err)
+        envs = rank_envs(out)
+        self.assertEqual(sorted(envs), list(range(np)), out)
+        return envs
+
+    def check_values(self, envs, expected):
+        """expected: rank -> (host, local_rank, local_size, cross_rank, cross_size)."""
+        for r, (host, lr, ls, cr, cs) in expected.items():
+            e = envs[r]
+            got = (e["HOROVOD_HOSTNAME"], int(e["HOROVOD_LOCAL_RANK"]),
+                   int(e["HOROVOD_LOCAL_SIZE"]), int(e["HOROVOD_CROSS_RANK"]),
+                   int(e["HOROVOD_CROSS_SIZE"]))
+            self.assertEqual(got, (host, lr, ls, cr, cs), f"rank {r}")
+            self.assertEqual(e["HOROVOD_RANK"], str(r))
+            self.assertEqual(e["RANK"], str(r))
+            self.assertEqual(e["LOCAL_RANK"], str(lr))
+            self.assertEqual(e["LOCAL_WORLD_SIZE"], str(ls))
+
+    # -- environment -----------------------------------------------------------------
+
+    def test_run_mode_environment(self):
+        rc, out, err = self.c.run(["run", "-np", "4", "--env", "EXTRA=x=1", "--", "env"])
+        self.assertEqual(rc, 0, err)
+        envs = rank_envs(out)
+        self.assertEqual(sorted(envs), [0, 1, 2, 3])
+        ports = {e["MASTER_PORT"] for e in envs.values()}
+        self.assertEqual(len(ports), 1)
+        for r, e in envs.items():
+            self.assertEqual(e["HOROVOD_SIZE"], "4")
+            self.assertEqual(e["WORLD_SIZE"], "4")
+            self.assertEqual(e["HOROVOD_LOCAL_RANK"], str(r))
+            self.assertEqual(e["HOROVOD_LOCAL_SIZE"], "4")
+            self.assertEqual(e["HOROVOD_CROSS_RANK"], "0")
+            self.assertEqual(e["HOROVOD_CROSS_SIZE"], "1")
+            self.assertEqual(e["GROUP_RANK"], "0")
+            self.assertEqual(e["HOROVOD_CONTROLLER"], "gloo")
+            self.assertEqual(e["HOROVOD_CPU_OPERATIONS"], "gloo")
+            self.assertEqual(e["MASTER_ADDR"], "127.0.0.1")
+            self.assertEqual(e["HOROVOD_GLOO_IFACE"], "lo")
+            self.assertEqual(e["EXTRA"], "x=1")
+            self.assertEqual(e["PWD"], os.getcwd())
+        self.assertTrue(0 < int(ports.pop()) < 65536)
+
+    def test_balanced_two_by_two(self):
+        envs = self.layout([("hostA", 2), ("hostB", 2)], 4)
+        self.check_values(envs, {0: ("hostA", 0, 2, 0, 2), 1: ("hostA", 1, 2, 0, 2),
+                                 2: ("hostB", 0, 2, 1, 2), 3: ("hostB", 1, 2, 1, 2)})
+        self.assertEqual([envs[r]["GROUP_RANK"] for r in range(4)], ["0", "0", "1", "1"])
+        self.assertEqual(len({e["MASTER_PORT"] for e in envs.values()}), 1)
+
+    def test_imbalanced_three_plus_one_and_one_plus_three(self):
+        envs = self.layout([("hostA", 3), ("hostB", 1)], 4)
+        self.check_values(envs, {0: ("hostA", 0, 3, 0, 2), 1: ("hostA", 1, 3, 0, 1),
+                                 2: ("hostA", 2, 3, 0, 1), 3: ("hostB", 0, 1, 1, 2)})
+        envs = self.layout([("hostA", 1), ("hostB", 3)], 4)
+        self.check_values(envs, {0: ("hostA", 0, 1, 0, 2), 1: ("hostB", 0, 3, 1, 2),
+                                 2: ("hostB", 1, 3, 0, 1), 3: ("hostB", 2, 3, 0, 1)})
+
+    def test_fewer_ranks_than_slots_use_the_first_hosts(self):
+        envs = self.layout([("hostA", 2), ("hostB", 2)], 3)
+        self.check_values(envs, {0: ("hostA", 0, 2, 0, 2), 1: ("hostA", 1, 2, 0, 1),
+                                 2: ("hostB", 0, 1, 1, 2)})
+
+    def test_hostfile(self):
+        self.c.node("hostA")
+        self.c.node("hostB")
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts") as f:
+            f.write(f"# two hosts\n127.0.0.1:{self.c.nodes['hostA'][1]} slots=1\n\n"
+                    f"127.0.0.1:{self.c.nodes['hostB'][1]} slots=1  # second\n")
+            f.flush()
+            rc, out, err = self.c.run(["driver", "-np", "2", "--hostfile", f.name, "--", "env"])
+        self.assertEqual(rc, 0, err)
+        envs = rank_envs(out)
+        self.assertEqual(envs[0]["HOROVOD_HOSTNAME"], "hostA")
+        self.assertEqual(envs[1]["HOROVOD_HOSTNAME"], "hostB")
+
+    # -- output ------------------------------------------------------------------------
+
+    def test_output_integrity_under_load(self):
+        self.c.node("hostA")
+        self.c.node("hostB")
+        n = 100000
+        script = (f"seq 1 {n}; seq 1 1000 >&2; "
+                  "printf 'no newline at the end'")
+        with tempfile.TemporaryDirectory() as d:
+            rc, out, err = self.c.run(
+                ["driver", "-np", "4", "-H", f"{self.c.spec('hostA', 2)},{self.c.spec('hostB', 2)}",
+                 "--output-filename", d, "--", "sh", "-c", script], timeout=120)
+            self.assertEqual(rc, 0, err[-2000:])
+            expected = [str(i) for i in range(1, n + 1)] + ["no newline at the end"]
+            lines = rank_lines(out)
+            errs = rank_lines(err, "stderr")
+            for r in range(4):
+                self.assertEqual(lines[r], expected, f"rank {r} stdout")
+                self.assertEqual(errs[r], [str(i) for i in range(1, 1001)], f"rank {r} stderr")
+                with open(os.path.join(d, f"rank.{r}", "stdout")) as f:
+                    self.assertEqual(f.read().splitlines(), expected)
+                with open(os.path.join(d, f"rank.{r}", "stderr")) as f:
+                    self.assertEqual(len(f.read().splitlines()), 1000)
+        for line in out.splitlines():  # nothing but whole, prefixed lines
+            self.assertRegex(line, r"^\[\d\]<stdout>:")
+
+    # -- exits and teardown --------------------------------------------------------------
+
+    def test_exit_code_of_the_first_failing_rank(self):
+        self.c.node("hostA")
+        self.c.node("hostB")
+        spec = f"{self.c.spec('hostA', 2)},{self.c.spec('hostB', 2)}"
+        script = f'if [ "$HOROVOD_RANK" = 2 ]; then exit 3; fi; exec sleep 60.{self.marker}'
+        t0 = time.monotonic()
+        rc, out, err = self.c.run(["driver", "-np", "4", "-H", spec, "--", "sh", "-c", script])
+        self.assertEqual(rc, 3, err)
+        self.assertIn("rank 2 on host hostB failed first: exit code 3", err)
+        self.assertLess(time.monotonic() - t0, 5)  # the sleepers were stopped by SIGTERM
+        self.assert_no_ranks_left()
+
+    def test_signal_death_and_success(self):
+        rc, _, err = self.c.run(["run", "-np", "2", "--", "sh", "-c",
+                                 'if [ "$HOROVOD_RANK" = 1 ]; then kill -KILL $$; fi; sleep 0.2'])
+        self.assertEqual(rc, 137, err)
+        self.assertIn("rank 1", err)
+        self.assertIn("signal 9", err)
+        rc, _, err = self.c.run(["run", "-np", "3", "--", "true"])
+        self.assertEqual(rc, 0, err)
+
+    def test_teardown_sigterm_then_sigkill_after_grace(self):
+        # Rank 1 ignores SIGTERM and must be killed after the grace period; rank 2 exits
+        # cleanly on SIGTERM and says so.
+        script = ('case "$HOROVOD_RANK" in 0) sleep 0.5; exit 5;; '
+                  "1) trap '' TERM; echo ready; while :; do sleep 0.1; done;; "
+                  "2) trap 'echo got-term; exit 0' TERM; echo ready; "
+                  "while :; do sleep 0.1; done;; esac")
+        t0 = time.monotonic()
+        rc, out, err = self.c.run(["run", "-np", "3", "--kill-grace-seconds", "1", "--",
+                                   "sh", "-c", script])
+        took = time.monotonic() - t0
+        self.assertEqual(rc, 5, err)
+        self.assertIn("got-term", rank_lines(out).get(2, []))
+        self.assertGreater(took, 1.4)  # waited the grace period for rank 1
+        self.assertLess(took, 6)
+
+    def interrupt(self, sig, code):
+        self.c.node("hostA")
+        self.c.node("hostB")
+        spec = f"{self.c.spec('hostA', 1)},{self.c.spec('hostB', 1)}"
+        p = self.c.start(["driver", "-np", "2", "-H", spec, "--"] + self.sleeper())
+        wait_until(lambda: len(self.sleeping()) == 2, 10,
+                   "both ranks to run")
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=15)
+        self.assertEqual(p.returncode, code, err)
+        self.assert_no_ranks_left()
+
+    def test_ctrl_c_tears_down(self):
+        self.interrupt(signal.SIGINT, 130)
+
+    def test_sigterm_tears_down(self):
+        self.interrupt(signal.SIGTERM, 143)
+
+    def test_node_agent_killed_mid_job(self):
+        self.c.node("hostA")
+        self.c.node("victim")
+        spec = f"{self.c.spec('hostA', 2)},{self.c.spec('victim', 2)}"
+        p = self.c.start(["driver", "-np", "4", "-H", spec, "--"] + self.sleeper())
+        wait_until(lambda: len(self.sleeping()) == 4, 10,
+                   "all ranks to run")
+        t0 = time.monotonic()
+        os.kill(self.c.nodes["victim"][0].pid, signal.SIGKILL)
+        _, err = p.communicate(timeout=15)
+        self.assertLess(time.monotonic() - t0, 3)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("node victim", err)
+        self.assertIn("lost", err)
+        self.assert_no_ranks_left()  # the victim's ranks too, not only hostA's
+
+    def test_hung_node_agent_fails_the_job_within_seconds(self):
+        self.c.node("hostA")
+        self.c.node("frozen")
+        spec = f"{self.c.spec('hostA', 1)},{self.c.spec('frozen', 1)}"
+        p = self.c.start(["driver", "-np", "2", "-H", spec, "--start-timeout", "60", "--"]
+                         + self.sleeper())
+        wait_until(lambda: len(self.sleeping()) == 2, 10,
+                   "both ranks to run")
+        frozen = self.c.nodes["frozen"][0]
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            _, err = p.communicate(timeout=20)
+            self.assertLess(time.monotonic() - t0, 8)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("node frozen", err)
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        # Once it runs again, the agent notices the driver is gone and stops its rank.
+        self.assert_no_ranks_left(timeout=10)
+
+    def test_driver_killed_agents_stop_the_job_and_stay_up(self):
+        self.c.node("hostA")
+        self.c.node("hostB")
+        spec = f"{self.c.spec('hostA', 1)},{self.c.spec('hostB', 1)}"
+        p = self.c.start(["driver", "-np", "2", "-H", spec, "--"] + self.sleeper())
+        wait_until(lambda: len(self.sleeping()) == 2, 10,
+                   "both ranks to run")
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        self.assert_no_ranks_left(timeout=10)
+        rc, out, err = self.c.run(["driver", "-np", "2", "-H", spec, "--", "hostname"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(rank_lines(out)), [0, 1])
+
+    # -- bad input -----------------------------------------------------------------------
+
+    def assert_fails(self, args, code, *needles):
+        rc, out, err = self.c.run(args, timeout=30)
+        self.assertEqual(rc, code, f"{args}: {err}")
+        for n in needles:
+            self.assertIn(n, err)
+
+    def test_bad_input(self):
+        port = self.c.node("hostA")
+        self.assert_fails(["driver", "-np", "2", "-H", "nohostslots", "--", "true"], 2,
+                          "invalid host spec 'nohostslots'")
+        self.assert_fails(["driver", "-np", "2", "-H", "a:x", "--", "true"], 2, "'x'")
+        self.assert_fails(["driver", "-np", "5", "-H", f"127.0.0.1:{port}:4", "--", "true"], 2,
+                          "-np 5 exceeds the 4 slots")
+        self.assert_fails(["driver", "-np", "1", "--", "true"], 2, "-H/--hosts or --hostfile")
+        self.assert_fails(["driver", "-np", "1", "--hostfile", "/no/such/file", "--", "true"],
+                          2, "cannot open hostfile /no/such/file")
+        self.assert_fails(["run", "-np", "2"], 2, "no command given")
+        self.assert_fails(["run", "-np", "0", "--", "true"], 2, "need at least 1 rank")
+        self.assert_fails(["run", "-np", "1", "--env", "NOVALUE", "--", "true"], 2,
+                          "'=' is missing")
+        self.assert_fails(["run", "-np", "1", "--bogus", "--", "true"], 2, "bogus")
+        self.assert_fails(["frobnicate"], 2, "unknown subcommand 'frobnicate'")
+        self.assert_fails(["run", "-np", "2", "--", "no-such-command-xyz"], 127,
+                          "cannot execute 'no-such-command-xyz': No such file or directory")
+        self.assert_fails(["driver", "-np", "1", "-H", "no-such-host.invalid:1", "--", "true"],
+                          2, "cannot resolve host 'no-such-host.invalid'")
+
+    def test_unreachable_node(self):
+        from harness import free_port
+        dead = free_port()
+        t0 = time.monotonic()
+        self.assert_fails(["driver", "-np", "1", "-H", f"127.0.0.1:{dead}:1", "--", "true"], 1,
+                          f"cannot connect to node agent 127.0.0.1:{dead}")
+        self.assertLess(time.monotonic() - t0, 10)
+
+    def test_node_slot_limit_and_duplicate_names(self):
+        self.c.node("small", slots=1)
+        self.assert_fails(["driver", "-np", "2", "-H", self.c.spec("small", 2), "--", "true"], 1,
+                          "offers 1 slots but the job places 2 ranks")
+        self.c.node("twin")
+        # A second agent that also calls itself 'twin' would corrupt per-host scopes.
+        p = self.c.start(["node", "--port", "0", "--name", "twin", "--bind", "127.0.0.1"])
+        port = int(p.stdout.readline().rsplit(":", 1)[1])
+        self.assert_fails(["driver", "-np", "2", "-H",
+                           f"{self.c.spec('twin', 1)},127.0.0.1:{port}:1", "--", "true"], 1,
+                          "both call themselves 'twin'")
+
+    def test_help_and_version(self):
+        for sub in (["node"], ["driver"], ["run"]):
+            rc, out, _ = self.c.run(sub + ["--help"])
+            self.assertEqual(rc, 0)
+            self.assertIn("usage: caf-hvd", out)
+        rc, out, _ = self.c.run(["--version"])
+        self.assertEqual(rc, 0)
+        self.assertIn("caf-hvd", out)
+
+
+if __name__ == "__main__":
+    runner = unittest.TextTestRunner(verbosity=2)
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(ClusterTest)
+    if len(sys.argv) > 1:
+        suite = unittest.TestSuite(t for t in suite if any(a in t.id() for a in sys.argv[1:]))
+    result = runner.run(suite)
+    failed = len(result.failures) + len(result.errors)
+    passed = result.testsRun - failed - len(result.skipped)
+    print(f"{passed} passed, {failed} failed, {len(result.skipped)} skipped")
+    leftovers = [p for p in pids_matching("caf-hvd-exec") if p != os.getpid()]
+    if leftovers:
+        print(f"leftover rank processes: {leftovers}")
+        failed += 1
+    sys.exit(1 if failed else 0)
