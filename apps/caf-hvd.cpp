@@ -1,7 +1,6 @@
 // caf-hvd: `node` runs a node agent, `driver` runs a job across node agents, `run` runs a
 // whole job on this machine. This file only parses arguments and starts actor systems.
 #include <algorithm>
-#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -47,6 +46,7 @@ sigset_t termination_signals() {
 
 void block_termination_signals() {
   auto set = termination_signals();
+  sigaddset(&set, SIGUSR2); // wakes the driver's signal thread
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 }
@@ -292,14 +292,18 @@ int run_job(int argc, char** argv, bool embedded) {
     cfg.node->guardian = spawn_guardian(sys);
   auto result = std::make_shared<job_result>();
   auto driver = spawn_driver(sys, std::move(job), result);
-  std::atomic<bool> done{false};
-  std::thread signals{[&] {
+  // The signal thread forwards SIGINT/SIGTERM/SIGHUP to the driver; SIGUSR2 (blocked
+  // like the others) wakes it when the job is over.
+  std::thread signals{[driver] {
     auto set = termination_signals();
-    timespec tick{0, 50'000'000};
-    while (!done) {
-      int sig = sigtimedwait(&set, nullptr, &tick);
-      if (sig > 0)
-        caf::anon_send(driver, interrupt_atom::value, static_cast<int32_t>(sig));
+    sigaddset(&set, SIGUSR2);
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0)
+        continue;
+      if (sig == SIGUSR2)
+        return;
+      caf::anon_send(driver, interrupt_atom::value, static_cast<int32_t>(sig));
     }
   }};
   {
@@ -307,7 +311,7 @@ int run_job(int argc, char** argv, bool embedded) {
     self->monitor(driver);
     self->receive([](caf::down_msg&) {});
   }
-  done = true;
+  pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
   if (cfg.node->guardian)
     caf::anon_send(cfg.node->guardian, shutdown_atom::value);
