@@ -63,7 +63,10 @@ struct node_entry {
   colocator_actor colocator;
   node_info info;
   bool lost = false;
+  bool embedded = false;
   std::string label() const {
+    if (embedded)
+      return info.name;
     if (info.name.empty())
       return spec.endpoint();
     return fmt::format("{} ({})", info.name, spec.endpoint());
@@ -168,6 +171,7 @@ private:
       node_entry n;
       n.spec = job_.hosts[i];
       n.address = i < job_.addresses.size() ? job_.addresses[i] : "127.0.0.1";
+      n.embedded = job_.embedded;
       for (auto& s : slots)
         if (s.hostname == n.spec.endpoint())
           n.ranks.push_back(s.rank);
@@ -216,6 +220,9 @@ private:
       return "no answer before the start timeout";
     if (e == caf::sec::cannot_connect_to_node)
       return "connection refused or host unreachable (is `caf-hvd node` running there?)";
+    if (e == caf::sec::connection_timeout)
+      return "the peer accepted the connection but never completed the handshake (not a "
+             "caf-hvd node agent, or a hung one)";
     if (e == caf::sec::incompatible_application_ids)
       return "the peer is not a caf-hvd node agent of this version";
     return describe(e);
@@ -524,9 +531,9 @@ private:
     if (st.launcher_code() != 0 && !failure_ && !interrupted_ && phase_ != phase::teardown) {
       failure_ = fmt::format("rank {} on host {} failed first: {}", ex.rank, host, st.describe());
       failure_code_ = st.launcher_code();
-      write_all(2, fmt::format("caf-hvd: rank {} on host {} ended with {}; stopping the other "
-                               "ranks\n",
-                               ex.rank, host, st.describe()));
+      write_all(2, fmt::format("caf-hvd: rank {} on host {} {} {}; stopping the other ranks\n",
+                               ex.rank, host, st.exec_error.empty() ? "ended with" : "could not start:",
+                               st.describe()));
       begin_teardown();
     }
     maybe_finish();

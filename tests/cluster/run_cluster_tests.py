@@ -283,6 +283,22 @@ class ClusterTest(unittest.TestCase):
                           f"cannot connect to node agent 127.0.0.1:{dead}")
         self.assertLess(time.monotonic() - t0, 10)
 
+    def test_start_timeout_names_the_silent_node(self):
+        # A TCP peer that accepts and never speaks: the handshake never completes.
+        import socket
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        self.addCleanup(silent.close)
+        port = silent.getsockname()[1]
+        t0 = time.monotonic()
+        rc, _, err = self.c.run(["driver", "-np", "1", "-H", f"127.0.0.1:{port}:1",
+                                 "--start-timeout", "1.5", "--", "true"], timeout=30)
+        self.assertEqual(rc, 1, err)
+        self.assertIn(f"127.0.0.1:{port}", err)
+        self.assertRegex(err, "start timeout|never completed the handshake")
+        self.assertLess(time.monotonic() - t0, 6)
+
     def test_node_slot_limit_and_duplicate_names(self):
         self.c.node("small", slots=1)
         self.assert_fails(["driver", "-np", "2", "-H", self.c.spec("small", 2), "--", "true"], 1,
