@@ -177,13 +177,20 @@ class ClusterTest(unittest.TestCase):
         self.assertGreater(took, 1.4)  # waited the grace period for rank 1
         self.assertLess(took, 6)
 
+    def running_job(self, hosts, *options):
+        """Starts node agents `hosts` (name -> slots) and a driver whose ranks sleep;
+        returns the driver once every rank runs."""
+        for name in hosts:
+            self.c.node(name)
+        spec = ",".join(self.c.spec(n, k) for n, k in hosts.items())
+        np = sum(hosts.values())
+        p = self.c.start(["driver", "-np", str(np), "-H", spec, *options, "--"]
+                         + self.sleeper())
+        wait_until(lambda: len(self.sleeping()) == np, 10, f"all {np} ranks to run")
+        return p
+
     def interrupt(self, sig, code):
-        self.c.node("hostA")
-        self.c.node("hostB")
-        spec = f"{self.c.spec('hostA', 1)},{self.c.spec('hostB', 1)}"
-        p = self.c.start(["driver", "-np", "2", "-H", spec, "--"] + self.sleeper())
-        wait_until(lambda: len(self.sleeping()) == 2, 10,
-                   "both ranks to run")
+        p = self.running_job({"hostA": 1, "hostB": 1})
         p.send_signal(sig)
         _, err = p.communicate(timeout=15)
         self.assertEqual(p.returncode, code, err)
@@ -196,12 +203,7 @@ class ClusterTest(unittest.TestCase):
         self.interrupt(signal.SIGTERM, 143)
 
     def test_node_agent_killed_mid_job(self):
-        self.c.node("hostA")
-        self.c.node("victim")
-        spec = f"{self.c.spec('hostA', 2)},{self.c.spec('victim', 2)}"
-        p = self.c.start(["driver", "-np", "4", "-H", spec, "--"] + self.sleeper())
-        wait_until(lambda: len(self.sleeping()) == 4, 10,
-                   "all ranks to run")
+        p = self.running_job({"hostA": 2, "victim": 2})
         t0 = time.monotonic()
         os.kill(self.c.nodes["victim"][0].pid, signal.SIGKILL)
         _, err = p.communicate(timeout=15)
@@ -212,13 +214,7 @@ class ClusterTest(unittest.TestCase):
         self.assert_no_ranks_left()  # the victim's ranks too, not only hostA's
 
     def test_hung_node_agent_fails_the_job_within_seconds(self):
-        self.c.node("hostA")
-        self.c.node("frozen")
-        spec = f"{self.c.spec('hostA', 1)},{self.c.spec('frozen', 1)}"
-        p = self.c.start(["driver", "-np", "2", "-H", spec, "--start-timeout", "60", "--"]
-                         + self.sleeper())
-        wait_until(lambda: len(self.sleeping()) == 2, 10,
-                   "both ranks to run")
+        p = self.running_job({"hostA": 1, "frozen": 1}, "--start-timeout", "60")
         frozen = self.c.nodes["frozen"][0]
         os.kill(frozen.pid, signal.SIGSTOP)
         try:
@@ -233,12 +229,8 @@ class ClusterTest(unittest.TestCase):
         self.assert_no_ranks_left(timeout=10)
 
     def test_driver_killed_agents_stop_the_job_and_stay_up(self):
-        self.c.node("hostA")
-        self.c.node("hostB")
+        p = self.running_job({"hostA": 1, "hostB": 1})
         spec = f"{self.c.spec('hostA', 1)},{self.c.spec('hostB', 1)}"
-        p = self.c.start(["driver", "-np", "2", "-H", spec, "--"] + self.sleeper())
-        wait_until(lambda: len(self.sleeping()) == 2, 10,
-                   "both ranks to run")
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         self.assert_no_ranks_left(timeout=10)
