@@ -1,7 +1,8 @@
 // caf-hvd-exec: the parent of every rank's command. It leads the rank's process group,
 // dies with the node agent and takes the group with it (PR_SET_PDEATHSIG works on the
 // agent's side; the shim turns it into a SIGKILL of the whole group, grandchildren
-// included), and reports how the command ended on a status descriptor.
+// included), reports how the command ended on a status descriptor, and then ends the
+// rest of the group, so nothing of a rank outlives its command.
 //
 // usage: caf-hvd-exec AGENT_PID STATUS_FD -- COMMAND [ARGS...]
 #include <cerrno>
@@ -78,12 +79,13 @@ int main(int argc, char** argv) {
     if (got < 0 && errno != EINTR)
       return 1;
   }
-  if (WIFSIGNALED(wstatus)) {
-    int sig = WTERMSIG(wstatus);
-    report("signal %d", sig);
-    return 128 + sig;
-  }
-  int code = WEXITSTATUS(wstatus);
-  report("exit %d", code);
-  return code;
+  if (WIFSIGNALED(wstatus))
+    report("signal %d", WTERMSIG(wstatus));
+  else
+    report("exit %d", WEXITSTATUS(wstatus));
+  // The rank is its command: whatever the command left running in its process group
+  // (background jobs, orphans) ends with it. This takes the shim too; the agent reads
+  // the status reported above.
+  ::kill(0, SIGKILL);
+  return 1;
 }

@@ -3,6 +3,7 @@
 // when a background grandchild keeps the pipes open.
 #include "runtime/process.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <spawn.h>
 #include <stdexcept>
 #include <sys/syscall.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -241,10 +243,22 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
       }
       sh->reaped = true;
     }
-    // Whatever the process wrote before it ended is in the pipes now; take it.
+    // Whatever the process wrote before it ended is in the pipes now; take that much
+    // (a process that escaped the group may still write: it does not hold us up).
     for (int i = 0; i < 2; ++i) {
-      if (open[i])
-        pump(i);
+      int pending = 0;
+      if (!open[i] || ioctl(fds[i], FIONREAD, &pending) != 0)
+        pending = 0;
+      while (pending > 0) {
+        auto n = ::read(fds[i], buf.data(), std::min(buf.size(), static_cast<size_t>(pending)));
+        if (n <= 0)
+          break;
+        pending -= static_cast<int>(n);
+        std::vector<std::string> lines;
+        splitters[i].feed(buf.data(), static_cast<size_t>(n), lines);
+        if (!lines.empty())
+          on_output(static_cast<stream_kind>(i), std::move(lines));
+      }
       std::vector<std::string> last;
       splitters[i].finish(last);
       if (!last.empty())

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <csignal>
 #include <mutex>
 #include <optional>
@@ -158,4 +159,24 @@ TEST_CASE("many lines arrive complete and in order under flow control") {
   for (size_t i = 0; i < got.size(); i += 997)
     CHECK(got[i] == "line-" + std::to_string(i));
   CHECK(got.back() == "line-19999");
+}
+
+TEST_CASE("nothing a rank started outlives its command") {
+  collector c;
+  child_process p{sh("sleep 31.4159 & echo started; exit 0"), c.output(), c.exit()};
+  REQUIRE(c.wait());
+  CHECK(c.status->code == 0);
+  CHECK(c.out == std::vector<std::string>{"started"});
+  usleep(100'000);
+  CHECK(std::system("pgrep -f 'sleep 31[.]4159' >/dev/null") != 0);
+}
+
+TEST_CASE("a writer that escaped the group does not stall the exit report") {
+  collector c;
+  auto t0 = std::chrono::steady_clock::now();
+  child_process p{sh("setsid sh -c 'yes | head -c 50000000; sleep 2' & sleep 0.2; exit 6"),
+                  c.output(), c.exit()};
+  REQUIRE(c.wait(5s));
+  CHECK(c.status->code == 6);
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
 }
