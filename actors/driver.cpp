@@ -438,7 +438,6 @@ private:
 
   void open_output_files(int r) {
     auto dir = fmt::format("{}/rank.{}", job_.output_dir, r);
-    ::mkdir(job_.output_dir.c_str(), 0755);
     ::mkdir(dir.c_str(), 0755);
     const char* names[2] = {"stdout", "stderr"};
     for (int s = 0; s < 2; ++s) {
@@ -531,9 +530,10 @@ private:
     if (st.launcher_code() != 0 && !failure_ && !interrupted_ && phase_ != phase::teardown) {
       failure_ = fmt::format("rank {} on host {} failed first: {}", ex.rank, host, st.describe());
       failure_code_ = st.launcher_code();
-      write_all(2, fmt::format("caf-hvd: rank {} on host {} {} {}; stopping the other ranks\n",
-                               ex.rank, host, st.exec_error.empty() ? "ended with" : "could not start:",
-                               st.describe()));
+      write_all(2, fmt::format("caf-hvd: rank {} on host {} {} {}{}\n", ex.rank, host,
+                               st.exec_error.empty() ? "ended with" : "could not start:",
+                               st.describe(),
+                               ranks_.size() > 1 ? "; stopping the other ranks" : ""));
       begin_teardown();
     }
     maybe_finish();
@@ -567,6 +567,8 @@ private:
         pending = pending || !ranks_[r].exited;
       auto why = dm.reason == caf::exit_reason::remote_link_unreachable
                    ? std::string{"connection lost (agent dead, hung or unreachable)"}
+                 : dm.reason == caf::exit_reason::user_shutdown
+                   ? std::string{"the node agent was shut down"}
                    : describe(dm.reason);
       if (phase_ < phase::launch)
         return fail_start(fmt::format("lost node agent {}: {}", n.label(), why));
@@ -575,7 +577,8 @@ private:
       if (!failure_ && !interrupted_) {
         failure_ = fmt::format("node {} was lost while its ranks ran: {}", n.label(), why);
         failure_code_ = 1;
-        write_all(2, fmt::format("caf-hvd: {}; stopping the other ranks\n", *failure_));
+        write_all(2, fmt::format("caf-hvd: {}{}\n", *failure_,
+                                 nodes_.size() > 1 ? "; stopping the other ranks" : ""));
       }
       begin_teardown();
       return maybe_finish();

@@ -1,7 +1,10 @@
 // caf-hvd: `node` runs a node agent, `driver` runs a job across node agents, `run` runs a
 // whole job on this machine. This file only parses arguments and starts actor systems.
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -80,6 +83,41 @@ std::string resolve_ipv4(const std::string& host) {
   return buf;
 }
 
+// Creates --output-filename's directory (with parents) and checks that it is writable,
+// so that a typo fails before any rank starts.
+void prepare_output_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw usage_error(fmt::format("--output-filename {}: cannot create it: {}", dir, ec.message()));
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    throw usage_error(
+      fmt::format("--output-filename {}: not writable: {}", dir, std::strerror(errno)));
+}
+
+// Explains why a port cannot be opened (CAF only says that it failed).
+std::string bind_problem(const std::string& bind, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return std::strerror(errno);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind.empty())
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  else if (inet_pton(AF_INET, bind.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return fmt::format("'{}' is not an IPv4 address", bind);
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  std::string why = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+                      ? std::strerror(errno)
+                      : "unknown reason";
+  ::close(fd);
+  return why;
+}
+
 // Splits argv at the first "--": options before, the command after.
 std::pair<std::vector<std::string>, std::vector<std::string>> split_command(int argc,
                                                                             char** argv) {
@@ -155,7 +193,7 @@ int run_node(int argc, char** argv) {
   int rc = 0;
   if (!opened) {
     std::cerr << fmt::format("caf-hvd node: cannot listen on {}:{}: {}\n",
-                             bind.empty() ? "*" : bind, port, sys.render(opened.error()));
+                             bind.empty() ? "*" : bind, port, bind_problem(bind, port));
     rc = 1;
   } else {
     std::cout << fmt::format("caf-hvd node '{}' listening on {}:{}\n", name,
@@ -278,6 +316,8 @@ int run_job(int argc, char** argv, bool embedded) {
   job.start_timeout = std::chrono::milliseconds(static_cast<long>(o.start_timeout * 1000));
   job.kill_grace = std::chrono::milliseconds(static_cast<long>(o.kill_grace * 1000));
   job.output_dir = o.output_dir;
+  if (!job.output_dir.empty())
+    prepare_output_dir(job.output_dir);
 
   block_termination_signals();
   hvd_config cfg;

@@ -266,6 +266,11 @@ class ClusterTest(unittest.TestCase):
                           "cannot execute 'no-such-command-xyz': No such file or directory")
         self.assert_fails(["driver", "-np", "1", "-H", "no-such-host.invalid:1", "--", "true"],
                           2, "cannot resolve host 'no-such-host.invalid'")
+        self.assert_fails(["run", "-np", "1", "--output-filename", "/proc/no/dir", "--", "true"],
+                          2, "--output-filename /proc/no/dir: cannot create it")
+        self.assert_fails(["node", "--port", str(port), "--bind", "127.0.0.1"], 1,
+                          f"cannot listen on 127.0.0.1:{port}: Address already in use")
+        self.assert_fails(["node", "--port", "70000"], 2, "--port 70000 is out of range")
 
     def test_unreachable_node(self):
         from harness import free_port
