@@ -90,6 +90,10 @@ public:
 
   behavior_type make_behavior() override {
     started_ = std::chrono::steady_clock::now();
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    job_id_ = fmt::format("{}-{}-{}", host, getpid(),
+                          std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
     coordinator_ = spawn(coordinator_fn);
     set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
     place_ranks();
@@ -262,12 +266,12 @@ private:
       };
       if (job_.embedded) {
         waiting_.insert("colocator");
-        with_colocator(spawn(colocator_fn, self_hdl, std::string{"job"}, grace));
+        with_colocator(spawn(colocator_fn, self_hdl, job_id_, grace));
         answered("colocator");
       } else {
         spawn_on<colocator_actor>(i, colocator_type_name,
                                   fmt::format("colocator on {}", nodes_[i].spec.endpoint()),
-                                  caf::make_message(self_hdl, std::string{"job"}, grace),
+                                  caf::make_message(self_hdl, job_id_, grace),
                                   with_colocator);
       }
     }
@@ -679,6 +683,7 @@ private:
   }
 
   job_config job_;
+  std::string job_id_; // names the job in node agents' messages
   std::shared_ptr<job_result> result_;
   std::chrono::steady_clock::time_point started_;
   phase phase_ = phase::connect;

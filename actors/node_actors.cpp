@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <unistd.h>
 
 #include "actors/config.hpp"
@@ -25,6 +26,8 @@ colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_act
     if (dm.source == st.driver) {
       // The driver is gone: stop this node's ranks as the driver would have.
       st.driver_gone = true;
+      std::fprintf(stderr, "caf-hvd node '%s': job %s: driver lost; stopping its %zu ranks\n",
+                   settings_of(self->system()).name.c_str(), job.c_str(), st.workers.size());
       if (st.workers.empty()) {
         self->quit(caf::exit_reason::user_shutdown);
         return;
@@ -41,7 +44,6 @@ colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_act
     if (st.driver_gone && st.workers.empty())
       self->quit(caf::exit_reason::user_shutdown);
   });
-  (void) job;
   return {
     [=](node_atom) -> node_info {
       auto& n = settings_of(self->system());
