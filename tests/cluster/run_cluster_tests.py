@@ -238,6 +238,13 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(sorted(rank_lines(out)), [0, 1])
 
+    def test_run_mode_sigkill_leaves_no_rank_behind(self):
+        p = self.c.start(["run", "-np", "3", "--"] + self.sleeper())
+        wait_until(lambda: len(self.sleeping()) == 3, 10, "all 3 ranks to run")
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        self.assert_no_ranks_left()
+
     # -- bad input -----------------------------------------------------------------------
 
     def assert_fails(self, args, code, *needles):
