@@ -1,0 +1,127 @@
+// kv_store: the state behind the rendezvous server.
+#include "runtime/kv_store.hpp"
+
+namespace cafhvd {
+
+uint64_t kv_store::init(const std::vector<slot_info>& plan) {
+  auto old = std::move(waiters_);
+  waiters_.clear();
+  data_.clear();
+  finished_.clear();
+  sizes_.clear();
+  total_ = 0;
+  for (auto& s : plan) {
+    sizes_["global"] = s.size;
+    sizes_["local_" + s.hostname] = s.local_size;
+    sizes_["cross_" + std::to_string(s.local_rank)] = s.cross_size;
+  }
+  ++generation_;
+  for (auto& [id, w] : old)
+    w.fn(std::nullopt);
+  return generation_;
+}
+
+kv_store::put_result kv_store::put(const std::string& scope, const std::string& key,
+                                   bytes value) {
+  if (value.size() > limits_.max_value)
+    return put_result::too_large;
+  auto& s = data_[scope];
+  auto it = s.find(key);
+  size_t old = it == s.end() ? 0 : it->second.size();
+  if (total_ - old + value.size() > limits_.max_total)
+    return put_result::store_full;
+  total_ = total_ - old + value.size();
+  auto& slot = s[key];
+  slot = std::move(value);
+  // Wake waiters of this key; collect first, since a callback may touch the store.
+  std::vector<waiter_fn> ready;
+  for (auto w = waiters_.begin(); w != waiters_.end();) {
+    if (w->second.scope == scope && w->second.key == key) {
+      ready.push_back(std::move(w->second.fn));
+      w = waiters_.erase(w);
+    } else {
+      ++w;
+    }
+  }
+  auto copy = ready.empty() ? bytes{} : slot;
+  for (auto& fn : ready)
+    fn(copy);
+  return put_result::ok;
+}
+
+std::optional<kv_store::bytes> kv_store::get(const std::string& scope,
+                                             const std::string& key) const {
+  auto s = data_.find(scope);
+  if (s == data_.end())
+    return std::nullopt;
+  auto it = s->second.find(key);
+  if (it == s->second.end())
+    return std::nullopt;
+  return it->second;
+}
+
+void kv_store::erase_key(std::map<std::string, bytes>& scope,
+                         std::map<std::string, bytes>::iterator it) {
+  total_ -= it->second.size();
+  scope.erase(it);
+}
+
+void kv_store::finish(const std::string& scope, const std::string& key) {
+  auto size = sizes_.find(scope);
+  auto s = data_.find(scope);
+  if (size != sizes_.end()) {
+    auto& done = finished_[scope];
+    done.insert(key);
+    if (static_cast<int>(done.size()) >= size->second) {
+      if (s != data_.end()) {
+        for (auto& [k, v] : s->second)
+          total_ -= v.size();
+        data_.erase(s);
+      }
+      finished_.erase(scope);
+    }
+    return;
+  }
+  if (s == data_.end())
+    return;
+  for (auto& k : {key, "rank_" + key}) {
+    auto it = s->second.find(k);
+    if (it != s->second.end())
+      erase_key(s->second, it);
+  }
+  if (s->second.empty())
+    data_.erase(s);
+}
+
+uint64_t kv_store::wait(const std::string& scope, const std::string& key, waiter_fn fn) {
+  if (auto v = get(scope, key)) {
+    fn(v);
+    return 0;
+  }
+  auto id = next_waiter_++;
+  waiters_.emplace(id, waiter{scope, key, std::move(fn)});
+  return id;
+}
+
+void kv_store::cancel_wait(uint64_t id) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end())
+    return;
+  auto fn = std::move(it->second.fn);
+  waiters_.erase(it);
+  fn(std::nullopt);
+}
+
+std::optional<int> kv_store::scope_size(const std::string& scope) const {
+  auto it = sizes_.find(scope);
+  if (it == sizes_.end())
+    return std::nullopt;
+  return it->second;
+}
+
+size_t kv_store::key_count(const std::string& scope) const {
+  auto it = data_.find(scope);
+  return it == data_.end() ? 0 : it->second.size();
+}
+
+} // namespace cafhvd

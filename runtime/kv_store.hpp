@@ -1,0 +1,77 @@
+// The rendezvous key/value state, without networking: scopes of opaque values, the
+// scope sizes of the current plan, per-scope finish counting, and waiters for keys that
+// do not exist yet. Fixes Horovod's store faults: a finished scope clears only itself,
+// a new plan never serves keys of an old one, and memory is bounded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/assignment.hpp"
+
+namespace cafhvd {
+
+class kv_store {
+public:
+  using bytes = std::string;
+  /// Called once with the value when the key appears, or with nullopt when the waiter
+  /// is cancelled (a new plan, or the caller gave up).
+  using waiter_fn = std::function<void(const std::optional<bytes>&)>;
+
+  struct limits {
+    size_t max_value = 16u << 20;  // one value
+    size_t max_total = 1u << 30;   // all values together
+  };
+
+  kv_store() = default;
+  explicit kv_store(limits l) : limits_(l) {}
+
+  /// Starts a new plan: drops every key and waiter, sets the sizes of `global`,
+  /// `local_<host>` and `cross_<local_rank>` from the slots. Returns the generation.
+  uint64_t init(const std::vector<slot_info>& plan);
+
+  enum class put_result { ok, too_large, store_full };
+  put_result put(const std::string& scope, const std::string& key, bytes value);
+
+  std::optional<bytes> get(const std::string& scope, const std::string& key) const;
+
+  /// Horovod's DELETE /<scope>/<rank>: in a planned scope, marks `key` (a rank) finished
+  /// and clears the scope once all of its ranks finished; in an ad-hoc scope, removes the
+  /// rank's keys (`<rank>` and gloo's `rank_<rank>`).
+  void finish(const std::string& scope, const std::string& key);
+
+  /// Calls `fn` at once if the key exists, else when it is put. Returns an id for
+  /// cancel_wait (0 when `fn` already ran).
+  uint64_t wait(const std::string& scope, const std::string& key, waiter_fn fn);
+  void cancel_wait(uint64_t id);
+
+  uint64_t generation() const { return generation_; }
+  std::optional<int> scope_size(const std::string& scope) const;
+  size_t total_bytes() const { return total_; }
+  size_t key_count(const std::string& scope) const;
+
+private:
+  struct waiter {
+    std::string scope, key;
+    waiter_fn fn;
+  };
+  void erase_key(std::map<std::string, bytes>& scope, std::map<std::string, bytes>::iterator it);
+
+  limits limits_;
+  uint64_t generation_ = 0;
+  size_t total_ = 0;
+  std::map<std::string, std::map<std::string, bytes>> data_;
+  std::map<std::string, int> sizes_;
+  std::map<std::string, std::set<std::string>> finished_;
+  std::map<uint64_t, waiter> waiters_;
+  uint64_t next_waiter_ = 1;
+};
+
+} // namespace cafhvd

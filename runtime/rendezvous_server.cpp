@@ -1,0 +1,304 @@
+// Rendezvous server on Boost.Beast/Asio. All state lives on the server's one I/O
+// thread; sessions are asynchronous, so a thousand waiting ranks cost no threads.
+#include "runtime/rendezvous_server.hpp"
+
+#include <atomic>
+#include <charconv>
+#include <future>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+namespace cafhvd {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+std::optional<std::string> percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size())
+      return std::nullopt;
+    int v = 0;
+    auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+    if (ec != std::errc{} || p != s.data() + i + 3)
+      return std::nullopt;
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return out;
+}
+
+struct target {
+  std::string scope, key;
+  std::optional<long> wait_ms;
+};
+
+// "/<scope>/<key>[?wait_ms=N]": exactly two non-empty segments.
+std::optional<target> parse_target(std::string_view t) {
+  std::string_view query;
+  if (auto q = t.find('?'); q != std::string_view::npos) {
+    query = t.substr(q + 1);
+    t = t.substr(0, q);
+  }
+  if (t.size() < 4 || t[0] != '/')
+    return std::nullopt;
+  t.remove_prefix(1);
+  auto slash = t.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == t.size()
+      || t.find('/', slash + 1) != std::string_view::npos)
+    return std::nullopt;
+  auto scope = percent_decode(t.substr(0, slash));
+  auto key = percent_decode(t.substr(slash + 1));
+  if (!scope || !key || scope->empty() || key->empty())
+    return std::nullopt;
+  target out{*scope, *key, std::nullopt};
+  if (!query.empty()) {
+    constexpr std::string_view name = "wait_ms=";
+    if (query.substr(0, name.size()) != name)
+      return std::nullopt;
+    long v = 0;
+    auto num = query.substr(name.size());
+    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (ec != std::errc{} || p != num.data() + num.size() || v < 0)
+      return std::nullopt;
+    out.wait_ms = v;
+  }
+  return out;
+}
+
+} // namespace
+
+struct rendezvous_server::impl {
+  rendezvous_options opts;
+  net::io_context io{1};
+  tcp::acceptor acceptor{io};
+  kv_store store;
+  std::thread thread;
+  std::string address;
+  uint16_t port = 0;
+  size_t connections = 0;
+  std::atomic<uint64_t> requests{0}, rejected{0}, refused{0};
+
+  struct session;
+  void accept();
+};
+
+struct rendezvous_server::impl::session : std::enable_shared_from_this<session> {
+  impl& srv;
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::optional<http::request_parser<http::string_body>> parser;
+  net::steady_timer wait_timer;
+  uint64_t waiter = 0;
+
+  session(impl& s, tcp::socket sock)
+    : srv(s), stream(std::move(sock)), wait_timer(srv.io) {
+    ++srv.connections;
+  }
+  ~session() { --srv.connections; }
+
+  void read() {
+    parser.emplace();
+    parser->body_limit(srv.opts.limits.max_value);
+    parser->header_limit(16 * 1024);
+    stream.expires_after(srv.opts.request_timeout);
+    http::async_read(stream, buffer, *parser,
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->on_read(ec);
+                     });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout
+        || ec == net::error::connection_reset || ec == net::error::eof) {
+      close();
+      return;
+    }
+    if (ec == http::error::body_limit) {
+      ++srv.rejected;
+      return reply(http::status::payload_too_large, "value too large\n", false);
+    }
+    if (ec) {
+      ++srv.rejected;
+      return reply(http::status::bad_request, "malformed request\n", false);
+    }
+    ++srv.requests;
+    handle(parser->release());
+  }
+
+  void handle(http::request<http::string_body> req) {
+    bool keep = req.keep_alive();
+    auto raw = req.target();
+    auto t = parse_target(std::string_view{raw.data(), raw.size()});
+    if (!t) {
+      ++srv.rejected;
+      return reply(http::status::bad_request, "expected /<scope>/<key>\n", keep);
+    }
+    switch (req.method()) {
+      case http::verb::put: {
+        if (!req.has_content_length() && !req.chunked()) {
+          ++srv.rejected;
+          return reply(http::status::length_required, "Content-Length required\n", false);
+        }
+        auto r = srv.store.put(t->scope, t->key, std::move(req.body()));
+        if (r == kv_store::put_result::ok)
+          return reply(http::status::ok, "", keep);
+        ++srv.rejected;
+        return reply(http::status::payload_too_large,
+                     r == kv_store::put_result::too_large ? "value too large\n"
+                                                          : "store full\n",
+                     keep);
+      }
+      case http::verb::get: {
+        if (!t->wait_ms || *t->wait_ms == 0) {
+          auto v = srv.store.get(t->scope, t->key);
+          if (v)
+            return reply(http::status::ok, std::move(*v), keep);
+          return reply(http::status::not_found, "", keep);
+        }
+        return long_poll(*t, keep);
+      }
+      case http::verb::delete_:
+        srv.store.finish(t->scope, t->key);
+        return reply(http::status::ok, "", keep);
+      default: {
+        ++srv.rejected;
+        http::response<http::string_body> res{http::status::method_not_allowed, req.version()};
+        res.set(http::field::allow, "GET, PUT, DELETE");
+        res.keep_alive(false);
+        res.prepare_payload();
+        return send(std::move(res));
+      }
+    }
+  }
+
+  // Holds the request until the key exists or the wait ends; then 200 or 404.
+  void long_poll(const target& t, bool keep) {
+    stream.expires_never();
+    auto wait = std::min<long>(*t.wait_ms, static_cast<long>(srv.opts.max_wait.count()));
+    waiter = srv.store.wait(t.scope, t.key,
+                            [self = shared_from_this(), keep](const std::optional<std::string>& v) {
+                              self->waiter = 0;
+                              self->wait_timer.cancel();
+                              if (v)
+                                self->reply(http::status::ok, *v, keep);
+                              else
+                                self->reply(http::status::not_found, "", keep);
+                            });
+    if (waiter == 0)
+      return; // answered at once
+    wait_timer.expires_after(std::chrono::milliseconds(wait));
+    wait_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec && self->waiter != 0)
+        self->srv.store.cancel_wait(self->waiter);
+    });
+  }
+
+  void reply(http::status status, std::string body, bool keep) {
+    http::response<http::string_body> res{status, 11};
+    res.body() = std::move(body);
+    res.keep_alive(keep);
+    res.prepare_payload(); // always sets Content-Length, which Horovod's client needs
+    send(std::move(res));
+  }
+
+  void send(http::response<http::string_body> res) {
+    auto sp = std::make_shared<http::response<http::string_body>>(std::move(res));
+    stream.expires_after(srv.opts.request_timeout);
+    http::async_write(stream, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
+      if (ec || !sp->keep_alive())
+        return self->close();
+      self->read();
+    });
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream.socket().close(ignored);
+  }
+};
+
+void rendezvous_server::impl::accept() {
+  acceptor.async_accept([this](beast::error_code ec, tcp::socket sock) {
+    if (ec == net::error::operation_aborted)
+      return;
+    if (!ec) {
+      if (connections >= opts.max_connections) {
+        ++refused;
+        beast::error_code ignored;
+        sock.close(ignored);
+      } else {
+        sock.set_option(tcp::no_delay(true), ec);
+        std::make_shared<session>(*this, std::move(sock))->read();
+      }
+    }
+    accept();
+  });
+}
+
+rendezvous_server::rendezvous_server(rendezvous_options opts) : impl_(std::make_unique<impl>()) {
+  auto& m = *impl_;
+  m.opts = std::move(opts);
+  m.store = kv_store{m.opts.limits};
+  beast::error_code ec;
+  auto addr = net::ip::make_address(m.opts.bind, ec);
+  if (ec)
+    throw std::runtime_error(
+      fmt::format("rendezvous server: '{}' is not an IP address", m.opts.bind));
+  tcp::endpoint ep{addr, m.opts.port};
+  m.acceptor.open(ep.protocol(), ec);
+  if (!ec)
+    m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec)
+    m.acceptor.bind(ep, ec);
+  if (!ec)
+    m.acceptor.listen(4096, ec);
+  if (ec)
+    throw std::runtime_error(fmt::format("rendezvous server: cannot listen on {}:{}: {}",
+                                         m.opts.bind, m.opts.port, ec.message()));
+  m.port = m.acceptor.local_endpoint().port();
+  m.address = m.opts.bind;
+  m.accept();
+  m.thread = std::thread{[&m] { m.io.run(); }};
+}
+
+rendezvous_server::~rendezvous_server() {
+  net::post(impl_->io, [&m = *impl_] {
+    beast::error_code ignored;
+    m.acceptor.close(ignored);
+    m.io.stop();
+  });
+  impl_->thread.join();
+}
+
+uint16_t rendezvous_server::port() const { return impl_->port; }
+
+const std::string& rendezvous_server::address() const { return impl_->address; }
+
+uint64_t rendezvous_server::init(const std::vector<slot_info>& plan) {
+  std::promise<uint64_t> done;
+  net::post(impl_->io, [&] { done.set_value(impl_->store.init(plan)); });
+  return done.get_future().get();
+}
+
+rendezvous_stats rendezvous_server::stats() const {
+  return {impl_->requests.load(), impl_->rejected.load(), impl_->refused.load()};
+}
+
+} // namespace cafhvd

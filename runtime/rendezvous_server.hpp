@@ -1,0 +1,53 @@
+// The rendezvous HTTP server: Horovod's key/value protocol (PUT/GET/DELETE
+// /<scope>/<key>) on Boost.Beast, event-driven on one thread, plus a long-poll GET
+// (`?wait_ms=N`) that answers the moment a key arrives instead of by client polling.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/assignment.hpp"
+#include "runtime/kv_store.hpp"
+
+namespace cafhvd {
+
+struct rendezvous_options {
+  std::string bind = "127.0.0.1";  // one address, never every interface by default
+  uint16_t port = 0;               // 0 = a free port
+  size_t max_connections = 1024;
+  std::chrono::milliseconds request_timeout{10000}; // to receive one whole request
+  std::chrono::milliseconds max_wait{600000};        // cap of a long-poll GET
+  kv_store::limits limits;
+};
+
+/// Counters for tests and diagnostics (read on the caller's thread, approximate).
+struct rendezvous_stats {
+  uint64_t requests = 0;
+  uint64_t rejected = 0; // 4xx answers and dropped connections
+  uint64_t connections_refused = 0;
+};
+
+class rendezvous_server {
+public:
+  /// Binds and starts serving. Throws std::runtime_error naming the address on failure.
+  explicit rendezvous_server(rendezvous_options opts);
+  ~rendezvous_server();
+  rendezvous_server(const rendezvous_server&) = delete;
+  rendezvous_server& operator=(const rendezvous_server&) = delete;
+
+  uint16_t port() const;
+  const std::string& address() const;
+
+  /// Starts a new plan (see kv_store::init); waits until the server applied it.
+  uint64_t init(const std::vector<slot_info>& plan);
+  rendezvous_stats stats() const;
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace cafhvd

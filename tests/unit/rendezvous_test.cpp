@@ -1,0 +1,244 @@
+// The rendezvous store and its HTTP server, in process and over real sockets, with the
+// exact bytes Horovod's clients send and the malformed inputs they must survive.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <chrono>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+
+#include "runtime/kv_store.hpp"
+#include "runtime/rendezvous_server.hpp"
+
+using namespace cafhvd;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<slot_info> plan_3_plus_1() {
+  return get_host_assignments({{"A", 3}, {"B", 1}}, 4);
+}
+
+int connect_to(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  return fd;
+}
+
+// Reads until the peer closes or `timeout` passes; returns what arrived.
+std::string read_all(int fd, std::chrono::milliseconds timeout = 3s) {
+  std::string out;
+  char buf[65536];
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
+      break;
+    auto n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0)
+      break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// Sends raw bytes on a fresh connection, as Horovod's HTTPRequest client does, and
+// returns the whole answer (the server closes with Connection: close).
+std::string raw(uint16_t port, const std::string& bytes, std::chrono::milliseconds t = 3s) {
+  int fd = connect_to(port);
+  REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  auto out = read_all(fd, t);
+  ::close(fd);
+  return out;
+}
+
+std::string request(uint16_t port, const std::string& method, const std::string& path,
+                    const std::string& body = "", bool with_length = true) {
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (with_length)
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  return raw(port, req + "\r\n" + body);
+}
+
+int status_of(const std::string& response) {
+  if (response.size() < 12)
+    return 0;
+  return std::stoi(response.substr(9, 3));
+}
+
+std::string body_of(const std::string& response) {
+  auto p = response.find("\r\n\r\n");
+  return p == std::string::npos ? "" : response.substr(p + 4);
+}
+
+} // namespace
+
+TEST_CASE("store: plan sizes, per-scope finish counting, no cross-scope clearing") {
+  kv_store s;
+  s.init(plan_3_plus_1());
+  CHECK(s.scope_size("global") == 4);
+  CHECK(s.scope_size("local_A") == 3);
+  CHECK(s.scope_size("local_B") == 1);
+  CHECK(s.scope_size("cross_0") == 2);
+  CHECK(s.scope_size("cross_1") == 1);
+  CHECK(s.scope_size("cross_2") == 1);
+  for (auto k : {"0", "1", "2", "3"})
+    s.put("global", k, "addr");
+  s.put("local_B", "0", "x");
+  s.finish("global", "0");
+  s.finish("global", "0"); // idempotent per rank
+  s.finish("local_B", "0"); // scope of one: cleared at once ...
+  CHECK(s.key_count("local_B") == 0);
+  CHECK(s.key_count("global") == 4); // ... without touching global's progress (P1)
+  s.finish("global", "1");
+  s.finish("global", "2");
+  CHECK(s.key_count("global") == 4);
+  s.finish("global", "3");
+  CHECK(s.key_count("global") == 0);
+  CHECK(s.total_bytes() == 0);
+}
+
+TEST_CASE("store: ad-hoc scopes delete the rank's keys, rank_<r> too") {
+  kv_store s;
+  s.init(plan_3_plus_1());
+  s.put("global_process_set_hash_1f", "0", "a");
+  s.put("global_process_set_hash_1f", "rank_0", "host");
+  s.put("global_process_set_hash_1f", "1", "b");
+  s.finish("global_process_set_hash_1f", "0");
+  CHECK(!s.get("global_process_set_hash_1f", "0"));
+  CHECK(!s.get("global_process_set_hash_1f", "rank_0"));
+  CHECK(s.get("global_process_set_hash_1f", "1") == "b");
+}
+
+TEST_CASE("store: a new plan never serves keys of the old one and cancels waiters") {
+  kv_store s;
+  s.init(plan_3_plus_1());
+  s.put("global", "0", "old");
+  std::optional<std::string> seen = "unset";
+  s.wait("global", "9", [&](const std::optional<std::string>& v) { seen = v; });
+  auto gen = s.init(plan_3_plus_1());
+  CHECK(gen == 2);
+  CHECK(!s.get("global", "0"));
+  CHECK(!seen.has_value());
+}
+
+TEST_CASE("store: waiters get the value when it is put; limits hold") {
+  kv_store s{kv_store::limits{10, 14}};
+  std::optional<std::string> seen;
+  auto id = s.wait("g", "k", [&](const std::optional<std::string>& v) { seen = v; });
+  CHECK(id != 0);
+  CHECK(s.put("g", "k", "value") == kv_store::put_result::ok);
+  CHECK(seen == "value");
+  CHECK(s.put("g", "big", std::string(11, 'x')) == kv_store::put_result::too_large);
+  CHECK(s.put("g", "k2", std::string(10, 'x')) == kv_store::put_result::store_full);
+  CHECK(s.put("g", "k", std::string(10, 'x')) == kv_store::put_result::ok); // replaces
+}
+
+TEST_CASE("server: PUT, GET, 404, DELETE with Horovod's exact headers") {
+  rendezvous_server srv{rendezvous_options{}};
+  srv.init(plan_3_plus_1());
+  std::string blob("\0\x01\x02binary\xff", 10);
+  auto put = request(srv.port(), "PUT", "/global/0", blob);
+  CHECK(status_of(put) == 200);
+  CHECK(put.find("Content-Length: 0\r\n") != std::string::npos);
+  auto get = request(srv.port(), "GET", "/global/0");
+  CHECK(status_of(get) == 200);
+  CHECK(get.find("Content-Length: 10\r\n") != std::string::npos);
+  CHECK(body_of(get) == blob);
+  auto missing = request(srv.port(), "GET", "/global/7");
+  CHECK(status_of(missing) == 404);
+  CHECK(missing.find("Content-Length: 0\r\n") != std::string::npos);
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/0")) == 200);
+  // Horovod's HTTPRequest client: HTTP/1.1 with Content-Length: 0 on GET, no Connection
+  // header; it reads Content-Length bytes and closes.
+  auto hv = raw(srv.port(), "GET /global/0 HTTP/1.1\r\nHost: 127.0.0.1:1\r\nContent-Length: 0\r\n\r\n",
+                500ms);
+  CHECK(status_of(hv) == 200);
+  CHECK(body_of(hv) == blob);
+}
+
+TEST_CASE("server: long-poll GET answers when the key arrives, 404 at its deadline") {
+  rendezvous_server srv{rendezvous_options{}};
+  srv.init(plan_3_plus_1());
+  auto t0 = std::chrono::steady_clock::now();
+  std::string got;
+  std::thread waiter{[&] { got = request(srv.port(), "GET", "/global/3?wait_ms=5000"); }};
+  std::this_thread::sleep_for(200ms);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/3", "late")) == 200);
+  waiter.join();
+  CHECK(status_of(got) == 200);
+  CHECK(body_of(got) == "late");
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  t0 = std::chrono::steady_clock::now();
+  CHECK(status_of(request(srv.port(), "GET", "/global/never?wait_ms=300")) == 404);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 250ms);
+}
+
+TEST_CASE("server: malformed requests get 4xx or a closed connection, and it keeps serving") {
+  rendezvous_options o;
+  o.limits.max_value = 1024;
+  o.request_timeout = 500ms;
+  rendezvous_server srv{o};
+  srv.init(plan_3_plus_1());
+  auto p = srv.port();
+  CHECK(status_of(request(p, "GET", "/onlyscope")) == 400);
+  CHECK(status_of(request(p, "GET", "/a/b/c")) == 400);        // key with '/'
+  CHECK(status_of(request(p, "GET", "/a/%zz")) == 400);        // bad escape
+  CHECK(status_of(request(p, "GET", "/a/b?bogus=1")) == 400);
+  CHECK(status_of(request(p, "PUT", "/a/b", "x", false)) == 411); // no Content-Length
+  CHECK(status_of(request(p, "PUT", "/a/b", std::string(2048, 'x'))) == 413);
+  CHECK(status_of(raw(p, "PUT /a/b HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n")) == 413);
+  auto head = request(p, "HEAD", "/global/0");
+  CHECK(status_of(head) == 405);
+  CHECK(head.find("Allow: GET, PUT, DELETE") != std::string::npos);
+  CHECK(status_of(request(p, "POST", "/global/0", "x")) == 405);
+  CHECK(status_of(request(p, "BREW", "/global/0")) >= 400);
+  CHECK(status_of(raw(p, "\x16\x03\x01garbage\r\n\r\n")) == 400);
+  // A client that stalls mid-request is dropped after the request timeout.
+  int fd = connect_to(p);
+  std::string partial = "PUT /a/b HTTP/1.1\r\nContent-Length: 100\r\n\r\nonly-part";
+  REQUIRE(::write(fd, partial.data(), partial.size()) > 0);
+  auto t0 = std::chrono::steady_clock::now();
+  auto got = read_all(fd, 3s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(got.empty());
+  ::close(fd);
+  // Percent-encoded '/' inside a key is a key, not a path separator.
+  CHECK(status_of(request(p, "PUT", "/scope/pre%2Fkey", "v")) == 200);
+  CHECK(body_of(request(p, "GET", "/scope/pre%2Fkey")) == "v");
+  CHECK(status_of(request(p, "GET", "/scope/pre%2Fkey")) == 200);
+  CHECK(srv.stats().rejected >= 10);
+}
+
+TEST_CASE("server: connection count is bounded") {
+  rendezvous_options o;
+  o.max_connections = 2;
+  rendezvous_server srv{o};
+  int a = connect_to(srv.port()), b = connect_to(srv.port());
+  std::this_thread::sleep_for(100ms);
+  int c = connect_to(srv.port());
+  CHECK(read_all(c, 1s).empty()); // closed without an answer
+  ::close(a);
+  ::close(b);
+  ::close(c);
+  std::this_thread::sleep_for(100ms);
+  CHECK(status_of(request(srv.port(), "GET", "/x/y")) == 404);
+  CHECK(srv.stats().connections_refused == 1);
+}
+
+TEST_CASE("server: binding to a bad address is an error that names it") {
+  rendezvous_options o;
+  o.bind = "not-an-ip";
+  CHECK_THROWS_WITH(rendezvous_server{o}, doctest::Contains("'not-an-ip'"));
+}
