@@ -29,6 +29,20 @@ coordinator_fn(coordinator_actor::stateful_pointer<coordinator_state> self) {
         return caf::make_error(caf::sec::invalid_argument, e.what());
       }
     },
+    [=](rendezvous_atom, const std::string& bind) -> caf::result<uint16_t> {
+      try {
+        auto& st = self->state;
+        if (!st.server) {
+          rendezvous_options opts;
+          opts.bind = bind;
+          st.server = std::make_unique<rendezvous_server>(opts);
+        }
+        st.server->init(st.registry.plan());
+        return st.server->port();
+      } catch (const std::exception& e) {
+        return caf::make_error(caf::sec::runtime_error, e.what());
+      }
+    },
   };
 }
 

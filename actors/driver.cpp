@@ -2,7 +2,7 @@
 //   connect     reach every node agent that gets ranks
 //   place       spawn a colocator per node and a worker per rank there
 //   register    workers report their hostname; the coordinator computes local/cross ranks
-//   rendezvous  (the HTTP rendezvous server joins the job here; not part of static jobs yet)
+//   rendezvous  the coordinator starts the HTTP rendezvous server with the job's plan
 //   nic         choose the interface each host uses to reach the others
 //   launch      every worker receives its environment and starts the command
 //   run         stream output, watch exits and node liveness
@@ -363,11 +363,28 @@ private:
 
   // -- rendezvous ------------------------------------------------------------------------
 
+  // The coordinator's rendezvous server listens on the driver's address towards the
+  // nodes (loopback when every node is on loopback), never on every interface.
   void enter_rendezvous() {
     enter(phase::rendezvous);
-    // The rendezvous server (HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT) starts here once it
-    // exists; static jobs without it go straight on.
-    next_phase();
+    auto& first = nodes_.front().address;
+    if (job_.embedded || is_loopback_address(first)) {
+      rendezvous_addr_ = "127.0.0.1";
+    } else if (auto a = local_address_towards(first)) {
+      rendezvous_addr_ = *a;
+    } else {
+      return fail_start(fmt::format("no local address routes to node {} ({})",
+                                    nodes_.front().label(), first));
+    }
+    waiting_.insert("rendezvous server");
+    request(coordinator_, remaining(), rendezvous_atom::value, rendezvous_addr_)
+      .then(
+        [this](uint16_t port) {
+          rendezvous_port_ = port;
+          log("rendezvous server on {}:{}", rendezvous_addr_, port);
+          answered("rendezvous server");
+        },
+        [this](caf::error& e) { fail_start("rendezvous server: " + describe(e)); });
   }
 
   // -- nic ---------------------------------------------------------------------------
@@ -473,6 +490,8 @@ private:
       in.master_port = master_port_;
       in.iface = iface_[n.info.name];
       in.nccl_ifaces = {in.iface};
+      in.rendezvous_addr = rendezvous_addr_;
+      in.rendezvous_port = rendezvous_port_;
       in.base = job_.base_env;
       in.extra = job_.extra_env;
       launch_spec spec{job_.command, build_rank_env(in), job_.cwd};
@@ -693,6 +712,8 @@ private:
   std::map<std::string, std::string> iface_; // node name -> interface
   coordinator_actor coordinator_;
   int master_port_ = 0;
+  std::string rendezvous_addr_;
+  int rendezvous_port_ = 0;
   std::optional<std::string> failure_;
   int failure_code_ = 1;
   int interrupted_ = 0;

@@ -32,6 +32,7 @@ using finalize_atom = caf::atom_constant<caf::atom("finalize")>;
 using interrupt_atom = caf::atom_constant<caf::atom("interrupt")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+using rendezvous_atom = caf::atom_constant<caf::atom("rendezvous")>;
 constexpr hostname_atom hostname_atom_v{};
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
@@ -46,6 +47,7 @@ constexpr finalize_atom finalize_atom_v{};
 constexpr interrupt_atom interrupt_atom_v{};
 constexpr deadline_atom deadline_atom_v{};
 constexpr shutdown_atom shutdown_atom_v{};
+constexpr rendezvous_atom rendezvous_atom_v{};
 
 // -- messages ------------------------------------------------------------------------
 
@@ -135,10 +137,12 @@ using driver_full_actor = driver_actor::extend<
   caf::reacts_to<interrupt_atom, int32_t>,  // SIGINT/SIGTERM received by the driver
   caf::reacts_to<deadline_atom, uint32_t>>; // a phase's deadline (phase number)
 
-/// Registers ranks and computes local/cross values (Horovod's Coordinator).
+/// Registers ranks and computes local/cross values (Horovod's Coordinator); runs the
+/// job's rendezvous server, bound to the given address, and answers with its port.
 using coordinator_actor = caf::typed_actor<
   caf::replies_to<register_atom, std::string, std::string, uint32_t>::with<caf::ok_atom>,
-  caf::replies_to<finalize_atom>::with<std::vector<rank_info>>>;
+  caf::replies_to<finalize_atom>::with<std::vector<rank_info>>,
+  caf::replies_to<rendezvous_atom, std::string>::with<uint16_t>>;
 
 /// One rank: reports its host, runs the command, streams output, reports the exit.
 using worker_actor = caf::typed_actor<

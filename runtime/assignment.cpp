@@ -64,11 +64,22 @@ void rank_registry::add(const std::string& hostname, const std::string& node, in
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](auto& p) { return p.first == node; });
   if (it == nodes_.end()) {
     nodes_.emplace_back(node, std::vector<int>{});
+    hostnames_.push_back(hostname);
     it = nodes_.end() - 1;
   }
   it->second.insert(std::upper_bound(it->second.begin(), it->second.end(), rank), rank);
-  if (std::find(hostnames_.begin(), hostnames_.end(), hostname) == hostnames_.end())
-    hostnames_.push_back(hostname);
+}
+
+std::vector<slot_info> rank_registry::plan() const {
+  auto values = finalize();
+  std::vector<slot_info> out(values.size());
+  for (size_t n = 0; n < nodes_.size(); ++n)
+    for (int r : nodes_[n].second) {
+      auto& v = values[r];
+      out[r] = slot_info{hostnames_[n], r,           v.local_rank, v.cross_rank,
+                         world_size(),  v.local_size, v.cross_size};
+    }
+  return out;
 }
 
 int rank_registry::world_size() const {

@@ -62,12 +62,16 @@ public:
   /// Per-rank values indexed by rank; throws if ranks are not 0..size-1.
   std::vector<local_cross> finalize() const;
 
+  /// The plan as Horovod's SlotInfo list, one per rank in rank order; a node's hostname
+  /// is the one its first rank reported.
+  std::vector<slot_info> plan() const;
+
   /// Nodes in insertion order with their sorted ranks.
   const std::vector<std::pair<std::string, std::vector<int>>>& nodes() const { return nodes_; }
 
 private:
   std::vector<std::pair<std::string, std::vector<int>>> nodes_;
-  std::vector<std::string> hostnames_;
+  std::vector<std::string> hostnames_; // per node, parallel to nodes_
 };
 
 } // namespace cafhvd

@@ -6,6 +6,8 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 namespace cafhvd {
 
@@ -29,6 +31,28 @@ std::vector<interface_addr> list_interfaces() {
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
     return a.name != b.name ? a.name < b.name : a.address < b.address;
   });
+  return out;
+}
+
+std::optional<std::string> local_address_towards(const std::string& peer) {
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(9);
+  if (inet_pton(AF_INET, peer.c_str(), &dst.sin_addr) != 1)
+    return std::nullopt;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return std::nullopt;
+  std::optional<std::string> out;
+  sockaddr_in me{};
+  socklen_t len = sizeof(me);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) == 0
+      && ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+    char buf[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &me.sin_addr, buf, sizeof(buf));
+    out = buf;
+  }
+  ::close(fd);
   return out;
 }
 

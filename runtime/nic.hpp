@@ -2,6 +2,7 @@
 // their addresses, in a deterministic order.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ struct interface_addr {
 
 /// Up IPv4 interfaces with addresses, sorted by name then address.
 std::vector<interface_addr> list_interfaces();
+
+/// The local IPv4 address this host's routing table uses to reach `peer` (no packet is
+/// sent: a UDP socket is connected and asked for its name).
+std::optional<std::string> local_address_towards(const std::string& peer);
 
 /// True for 127.0.0.0/8.
 bool is_loopback_address(const std::string& ipv4);

@@ -124,3 +124,16 @@ TEST_CASE("get_host_assignments: too few slots and duplicate hosts") {
   CHECK_THROWS_WITH(get_host_assignments({{"a", 2}, {"a", 1}}, 1),
                     doctest::Contains("appears twice"));
 }
+
+TEST_CASE("the coordinator's plan matches get_host_assignments for colocated ranks") {
+  for (auto layout : std::vector<std::vector<std::pair<std::string, int>>>{
+         {{"A", 2}, {"B", 2}}, {{"A", 3}, {"B", 1}}, {{"A", 1}, {"B", 2}, {"C", 1}}}) {
+    std::vector<host_slots> hosts;
+    int np = 0;
+    for (auto& [h, n] : layout) {
+      hosts.push_back({h, n});
+      np += n;
+    }
+    CHECK(colocated(layout).plan() == get_host_assignments(hosts, np));
+  }
+}
