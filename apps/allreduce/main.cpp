@@ -1,0 +1,289 @@
+// caf-hvd-allreduce: does at start what Horovod's core does at hvd.init() with the Gloo
+// controller (global, local and cross contexts over the rendezvous server), then runs
+// ring allreduce on float32 buffers, checks every element, and in --bench mode reports
+// latency and bandwidth.
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "apps/allreduce/http_store.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  if (v && *v)
+    return v;
+  if (fallback)
+    return fallback;
+  throw usage_error(fmt::format("{} is not set (run me under caf-hvd, e.g. caf-hvd run -np 4 "
+                                "-- caf-hvd-allreduce)",
+                                name));
+}
+
+int env_int(const char* name, const char* fallback = nullptr) {
+  auto s = env_or(name, fallback);
+  try {
+    size_t used = 0;
+    int v = std::stoi(s, &used);
+    if (used != s.size())
+      throw std::invalid_argument(s);
+    return v;
+  } catch (const std::exception&) {
+    throw usage_error(fmt::format("{}='{}' is not an integer", name, s));
+  }
+}
+
+size_t parse_size(const std::string& s) {
+  size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &used);
+  } catch (const std::exception&) {
+    throw usage_error(fmt::format("bad size '{}': expected e.g. 4096, 64K, 16M", s));
+  }
+  auto unit = s.substr(used);
+  if (unit == "K" || unit == "KiB")
+    v <<= 10;
+  else if (unit == "M" || unit == "MiB")
+    v <<= 20;
+  else if (unit == "G" || unit == "GiB")
+    v <<= 30;
+  else if (!unit.empty() && unit != "B")
+    throw usage_error(fmt::format("bad size '{}': unit must be K, M or G", s));
+  if (v < sizeof(float) || v % sizeof(float) != 0)
+    throw usage_error(fmt::format("size '{}' must be a positive multiple of 4 bytes", s));
+  return static_cast<size_t>(v);
+}
+
+std::string human(size_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+    return fmt::format("{}M", bytes >> 20);
+  if (bytes >= 1024 && bytes % 1024 == 0)
+    return fmt::format("{}K", bytes >> 10);
+  return fmt::format("{}", bytes);
+}
+
+struct options {
+  std::vector<size_t> sizes{1024, 1u << 20};
+  int iters = 20;
+  bool bench = false;
+};
+
+options parse_args(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        throw usage_error(fmt::format("{} needs a value", a));
+      return argv[++i];
+    };
+    if (a == "--sizes") {
+      o.sizes.clear();
+      auto list = value();
+      size_t start = 0;
+      while (start <= list.size()) {
+        auto comma = list.find(',', start);
+        o.sizes.push_back(parse_size(list.substr(start, comma - start)));
+        if (comma == std::string::npos)
+          break;
+        start = comma + 1;
+      }
+    } else if (a == "--iters") {
+      o.iters = std::max(1, std::atoi(value().c_str()));
+    } else if (a == "--bench") {
+      o.bench = true;
+    } else if (a == "--help" || a == "-h") {
+      std::printf("usage: caf-hvd-allreduce [--sizes 1K,1M,...] [--bench [--iters N]]\n"
+                  "Run under caf-hvd: connects Gloo's global, local and cross contexts through\n"
+                  "the rendezvous server, allreduces float32 buffers and checks every element.\n"
+                  "--bench: rank 0 prints latency, algbw and busbw per size (table and JSON).\n");
+      std::exit(0);
+    } else {
+      throw usage_error(fmt::format("unknown argument '{}' (see --help)", a));
+    }
+  }
+  return o;
+}
+
+struct scope_context {
+  std::string name; // global, local, cross
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+};
+
+// Connects one Horovod scope: rendezvous through the server, barrier so nobody
+// finalizes before everyone connected, then DELETE its key (Horovod's order).
+scope_context connect_scope(const std::string& kind, const std::string& scope, int rank, int size,
+                            const std::string& addr, int port,
+                            std::shared_ptr<gloo::transport::Device>& dev,
+                            std::chrono::milliseconds timeout) {
+  cafhvd::http_store store{addr, static_cast<uint16_t>(port), scope, rank, timeout};
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(timeout);
+  ctx->connectFullMesh(store, dev);
+  gloo::BarrierOptions b(ctx);
+  b.setTimeout(timeout);
+  gloo::barrier(b);
+  store.finalize();
+  return {kind, ctx};
+}
+
+// Element i of context rank r holds (r + 1) * (i % 17 + 1): small integers whose sums
+// are exact in float32 for any realistic world size.
+float expected_sum(size_t i, int n) {
+  return static_cast<float>((i % 17 + 1) * static_cast<size_t>(n) * (n + 1) / 2);
+}
+
+void fill(std::vector<float>& buf, int rank) {
+  for (size_t i = 0; i < buf.size(); ++i)
+    buf[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 17 + 1));
+}
+
+void allreduce(const scope_context& sc, std::vector<float>& buf, uint32_t tag) {
+  gloo::AllreduceOptions o(sc.ctx);
+  o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+  o.setOutput(buf.data(), buf.size());
+  void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+  o.setReduceFunction(fn);
+  o.setTag(tag);
+  gloo::allreduce(o);
+}
+
+void check(const scope_context& sc, const std::vector<float>& buf, int world_rank) {
+  int n = sc.ctx->size;
+  for (size_t i = 0; i < buf.size(); ++i) {
+    if (buf[i] != expected_sum(i, n))
+      throw std::runtime_error(fmt::format(
+        "rank {}: wrong sum in the {} context (size {}) at element {} of {}: got {}, expected {}",
+        world_rank, sc.name, n, i, buf.size(), buf[i], expected_sum(i, n)));
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN); // Gloo writes without MSG_NOSIGNAL
+  int rank = -1;
+  std::string phase = "start";
+  try {
+    auto opts = parse_args(argc, argv);
+    rank = env_int("HOROVOD_RANK");
+    int size = env_int("HOROVOD_SIZE");
+    int local_rank = env_int("HOROVOD_LOCAL_RANK");
+    int local_size = env_int("HOROVOD_LOCAL_SIZE");
+    int cross_rank = env_int("HOROVOD_CROSS_RANK");
+    int cross_size = env_int("HOROVOD_CROSS_SIZE");
+    auto host = env_or("HOROVOD_HOSTNAME", nullptr);
+    auto addr = env_or("HOROVOD_GLOO_RENDEZVOUS_ADDR", nullptr);
+    int port = env_int("HOROVOD_GLOO_RENDEZVOUS_PORT");
+    auto iface = env_or("HOROVOD_GLOO_IFACE", "");
+    std::chrono::milliseconds timeout{1000L * env_int("HOROVOD_GLOO_TIMEOUT_SECONDS", "30")};
+
+    phase = "device";
+    gloo::transport::tcp::attr attr;
+    if (!iface.empty())
+      attr.iface = iface;
+    else
+      attr.hostname = "127.0.0.1";
+    attr.ai_family = AF_INET;
+    auto dev = gloo::transport::tcp::CreateDevice(attr);
+
+    auto t0 = clock_type::now();
+    phase = "rendezvous";
+    std::vector<scope_context> contexts;
+    contexts.push_back(connect_scope("global", "global", rank, size, addr, port, dev, timeout));
+    contexts.push_back(connect_scope("local", "local_" + host, local_rank, local_size, addr, port,
+                                     dev, timeout));
+    contexts.push_back(connect_scope("cross", "cross_" + std::to_string(local_rank), cross_rank,
+                                     cross_size, addr, port, dev, timeout));
+    auto connect_ms =
+      std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    if (rank == 0)
+      std::printf("caf-hvd-allreduce: %d ranks, contexts global/local/cross connected in %.1f ms "
+                  "(%s)\n",
+                  size, connect_ms, dev->str().c_str());
+
+    uint32_t tag = 1;
+    for (auto bytes : opts.sizes) {
+      std::vector<float> buf(bytes / sizeof(float));
+      for (auto& sc : contexts) {
+        phase = fmt::format("allreduce of {} in the {} context", human(bytes), sc.name);
+        fill(buf, sc.ctx->rank);
+        allreduce(sc, buf, tag++);
+        check(sc, buf, rank);
+      }
+    }
+    if (rank == 0 && !opts.bench)
+      std::printf("caf-hvd-allreduce: all sums correct (%zu sizes x global/local/cross)\n",
+                  opts.sizes.size());
+
+    if (opts.bench) {
+      auto& global = contexts.front();
+      if (rank == 0)
+        std::printf("%10s %12s %14s %14s\n", "size", "latency_us", "algbw_GB/s", "busbw_GB/s");
+      std::vector<std::string> json;
+      for (auto bytes : opts.sizes) {
+        phase = fmt::format("benchmark of {}", human(bytes));
+        std::vector<float> buf(bytes / sizeof(float));
+        std::vector<double> times;
+        for (int it = -3; it < opts.iters; ++it) {
+          fill(buf, global.ctx->rank);
+          gloo::BarrierOptions b(global.ctx);
+          gloo::barrier(b);
+          auto s = clock_type::now();
+          allreduce(global, buf, tag++);
+          auto us = std::chrono::duration<double, std::micro>(clock_type::now() - s).count();
+          if (it >= 0)
+            times.push_back(us);
+        }
+        check(global, buf, rank);
+        std::sort(times.begin(), times.end());
+        double med = times[times.size() / 2];
+        double algbw = static_cast<double>(bytes) / (med * 1e3); // bytes/us -> GB/s
+        double busbw = algbw * 2.0 * (size - 1) / size;
+        if (rank == 0) {
+          std::printf("%10s %12.1f %14.3f %14.3f\n", human(bytes).c_str(), med, algbw, busbw);
+          json.push_back(fmt::format("{{\"size_bytes\": {}, \"ranks\": {}, \"latency_us\": {:.1f}, "
+                                     "\"algbw_gbps\": {:.4f}, \"busbw_gbps\": {:.4f}}}",
+                                     bytes, size, med, algbw, busbw));
+        }
+      }
+      for (auto& j : json)
+        std::printf("%s\n", j.c_str());
+    }
+    std::fflush(stdout);
+    return 0;
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "caf-hvd-allreduce: error: %s\n", e.what());
+    return 2;
+  } catch (const gloo::IoException& e) {
+    std::fprintf(stderr, "caf-hvd-allreduce: rank %d: %s failed: %s\n", rank, phase.c_str(),
+                 e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "caf-hvd-allreduce: rank %d: %s failed: %s\n", rank, phase.c_str(),
+                 e.what());
+    return 1;
+  }
+}
