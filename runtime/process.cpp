@@ -163,6 +163,9 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
   posix_spawn_file_actions_adddup2(&fa, status_pipe[1], 3);
+  // No descriptor of the agent reaches a rank (libraries such as Asio open sockets
+  // without O_CLOEXEC); the shim gets stdio and its status descriptor only.
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
   if (!spec.cwd.empty())
     posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
   posix_spawnattr_t attr;

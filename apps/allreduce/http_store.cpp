@@ -138,6 +138,13 @@ void http_store::wait(const std::vector<std::string>& keys,
                         deadline - std::chrono::steady_clock::now())));
 }
 
+std::optional<std::string> http_store::try_get(const std::string& key) {
+  auto res = request("GET", key, "", "");
+  if (res.status == 200)
+    return std::move(res.body);
+  return std::nullopt;
+}
+
 void http_store::finalize() {
   request("DELETE", std::to_string(rank_), "", "");
 }

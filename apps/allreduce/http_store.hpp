@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ public:
             const std::chrono::milliseconds& timeout) override;
   /// DELETE /<scope>/<rank>, as Horovod does once the context is connected.
   void finalize();
+
+  /// A plain GET that does not wait: the value, or nullopt when the key is absent.
+  std::optional<std::string> try_get(const std::string& key);
 
   /// Number of HTTP requests sent (for benchmarks).
   size_t requests() const { return requests_; }

@@ -7,6 +7,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <dirent.h>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unistd.h>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -132,6 +137,65 @@ struct scope_context {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
 };
 
+// TCP ports of this process's own sockets (from /proc), so that a peer whose
+// connection to us breaks can tell which rank we were: Gloo names a lost peer only by
+// its address ("... [ip]:port").
+std::string own_tcp_ports() {
+  std::set<std::string> inodes;
+  if (auto dir = opendir("/proc/self/fd")) {
+    while (auto e = readdir(dir)) {
+      char target[64] = {};
+      auto path = fmt::format("/proc/self/fd/{}", e->d_name);
+      auto n = readlink(path.c_str(), target, sizeof(target) - 1);
+      std::string t(target, n > 0 ? static_cast<size_t>(n) : 0);
+      if (t.rfind("socket:[", 0) == 0)
+        inodes.insert(t.substr(8, t.size() - 9));
+    }
+    closedir(dir);
+  }
+  std::string ports;
+  for (auto file : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in{file};
+    std::string line;
+    std::getline(in, line); // header
+    while (std::getline(in, line)) {
+      std::istringstream fields{line};
+      std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+      fields >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+      if (inodes.count(inode)) {
+        auto port = std::stoul(local.substr(local.rfind(':') + 1), nullptr, 16);
+        ports += fmt::format("{}{}", ports.empty() ? "" : ",", port);
+      }
+    }
+  }
+  return ports;
+}
+
+// Which rank owned the TCP port in Gloo's error message, from the ports every rank
+// published after connecting; "" if unknown.
+std::string name_peer(const std::string& what, cafhvd::http_store& peers, int size) {
+  auto close = what.rfind("]:");
+  if (close == std::string::npos)
+    return "";
+  // Debian's Gloo prints sin_port without ntohs: try the number and its byte swap.
+  auto printed = static_cast<uint16_t>(std::atoi(what.c_str() + close + 2));
+  auto swapped = static_cast<uint16_t>((printed >> 8) | (printed << 8));
+  try {
+    for (int r = 0; r < size; ++r) {
+      auto list = peers.try_get(std::to_string(r));
+      if (!list)
+        continue;
+      auto padded = "," + *list + ",";
+      for (auto port : {printed, swapped})
+        if (padded.find(fmt::format(",{},", port)) != std::string::npos)
+          return fmt::format(" (peer: rank {})", r);
+    }
+  } catch (const std::exception&) {
+    // the rendezvous server may be gone too; the error stands on its own
+  }
+  return "";
+}
+
 // Connects one Horovod scope: rendezvous through the server, barrier so nobody
 // finalizes before everyone connected, then DELETE its key (Horovod's order).
 scope_context connect_scope(const std::string& kind, const std::string& scope, int rank, int size,
@@ -185,11 +249,13 @@ void check(const scope_context& sc, const std::vector<float>& buf, int world_ran
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN); // Gloo writes without MSG_NOSIGNAL
   int rank = -1;
+  int size = 0;
   std::string phase = "start";
+  std::unique_ptr<cafhvd::http_store> peers;
   try {
     auto opts = parse_args(argc, argv);
     rank = env_int("HOROVOD_RANK");
-    int size = env_int("HOROVOD_SIZE");
+    size = env_int("HOROVOD_SIZE");
     int local_rank = env_int("HOROVOD_LOCAL_RANK");
     int local_size = env_int("HOROVOD_LOCAL_SIZE");
     int cross_rank = env_int("HOROVOD_CROSS_RANK");
@@ -217,6 +283,16 @@ int main(int argc, char** argv) {
                                      dev, timeout));
     contexts.push_back(connect_scope("cross", "cross_" + std::to_string(local_rank), cross_rank,
                                      cross_size, addr, port, dev, timeout));
+    // Published in an ad-hoc scope that outlives the planned ones' cleanup.
+    peers = std::make_unique<cafhvd::http_store>(addr, static_cast<uint16_t>(port), "tcp_ports",
+                                                 rank, timeout);
+    peers->set(std::to_string(rank), [] {
+      auto p = own_tcp_ports();
+      return std::vector<char>(p.begin(), p.end());
+    }());
+    std::printf("rank %d/%d on %s: local %d/%d, cross %d/%d, iface %s, rendezvous %s:%d\n", rank,
+                size, host.c_str(), local_rank, local_size, cross_rank, cross_size,
+                iface.empty() ? "(default)" : iface.c_str(), addr.c_str(), port);
     auto connect_ms =
       std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
     if (rank == 0)
@@ -278,8 +354,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "caf-hvd-allreduce: error: %s\n", e.what());
     return 2;
   } catch (const gloo::IoException& e) {
-    std::fprintf(stderr, "caf-hvd-allreduce: rank %d: %s failed: %s\n", rank, phase.c_str(),
-                 e.what());
+    std::fprintf(stderr, "caf-hvd-allreduce: rank %d: %s failed%s: %s\n", rank, phase.c_str(),
+                 peers ? name_peer(e.what(), *peers, size).c_str() : "", e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "caf-hvd-allreduce: rank %d: %s failed: %s\n", rank, phase.c_str(),

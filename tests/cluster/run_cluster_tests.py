@@ -245,6 +245,55 @@ class ClusterTest(unittest.TestCase):
         p.wait()
         self.assert_no_ranks_left()
 
+    # -- a real collective under the launcher ---------------------------------------------
+
+    def allreduce(self, hosts):
+        allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+        for name in hosts:
+            self.c.node(name)
+        spec = ",".join(self.c.spec(n, k) for n, k in hosts.items())
+        np = sum(hosts.values())
+        rc, out, err = self.c.run(["driver", "-np", str(np), "-H", spec, "--", allreduce,
+                                   "--sizes", "4K,1M,4M"], timeout=120)
+        self.assertEqual(rc, 0, err)
+        lines = rank_lines(out)
+        self.assertIn("caf-hvd-allreduce: all sums correct (3 sizes x global/local/cross)",
+                      lines[0])
+        for r in range(np):
+            self.assertTrue(lines[r][0].startswith(f"rank {r}/{np} on "), lines[r])
+        return lines
+
+    def test_allreduce_balanced_two_by_two(self):
+        lines = self.allreduce({"hostA": 2, "hostB": 2})
+        self.assertIn("local 1/2, cross 1/2", lines[3][0])
+
+    def test_allreduce_imbalanced_three_plus_one(self):
+        lines = self.allreduce({"hostA": 3, "hostB": 1})
+        self.assertIn("on hostB: local 0/1, cross 1/2", lines[3][0])
+        self.assertIn("local 2/3, cross 0/1", lines[2][0])
+
+    def test_allreduce_three_hosts_one_two_one(self):
+        lines = self.allreduce({"hostA": 1, "hostB": 2, "hostC": 1})
+        self.assertIn("on hostC: local 0/1, cross 2/3", lines[3][0])
+        self.assertIn("on hostB: local 1/2, cross 0/1", lines[2][0])
+
+    def test_allreduce_reports_a_dead_peer_instead_of_hanging(self):
+        allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+        # Rank 1's allreduce is killed mid-benchmark; rank 0 ignores the launcher's
+        # SIGTERM so that its own error report can be observed within the grace period.
+        script = ('if [ "$HOROVOD_RANK" = 1 ]; then '
+                  f'{allreduce} --bench --sizes 16M --iters 100000 & p=$!; sleep 1.5; '
+                  'kill -9 $p; exit 9; fi; '
+                  f"trap '' TERM; {allreduce} --bench --sizes 16M --iters 100000; "
+                  'echo "allreduce exit=$?"')
+        t0 = time.monotonic()
+        rc, out, err = self.c.run(["run", "-np", "2", "--kill-grace-seconds", "20", "--",
+                                   "sh", "-c", script], timeout=60)
+        self.assertEqual(rc, 9, err)
+        self.assertIn("allreduce exit=1", rank_lines(out).get(0, []), out)
+        self.assertIn("rank 0: benchmark of 16M failed (peer: rank 1)", err)
+        self.assertLess(time.monotonic() - t0, 15)
+
     # -- bad input -----------------------------------------------------------------------
 
     def assert_fails(self, args, code, *needles):

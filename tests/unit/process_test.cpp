@@ -180,3 +180,14 @@ TEST_CASE("a writer that escaped the group does not stall the exit report") {
   CHECK(c.status->code == 6);
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
 }
+
+TEST_CASE("a rank inherits no descriptor of its agent") {
+  int leaked = ::dup(1); // an open descriptor without O_CLOEXEC
+  collector c;
+  child_process p{sh("ls /proc/self/fd | sort -n | tr '\\n' ' '"), c.output(), c.exit()};
+  REQUIRE(c.wait());
+  ::close(leaked);
+  REQUIRE(c.out.size() == 1);
+  // 0-2 and the descriptor ls uses to read the directory (3); nothing else.
+  CHECK(c.out[0] == "0 1 2 3 ");
+}
