@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 
-packages=(g++ meson ninja-build pkg-config python3 libcaf-dev libfmt-dev
-          libboost-program-options-dev doctest-dev)
+packages=(g++ meson ninja-build pkg-config cmake python3 libcaf-dev libfmt-dev
+          libboost-dev libboost-program-options-dev doctest-dev libgloo-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
