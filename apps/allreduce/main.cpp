@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 #include <memory>
 #include <stdexcept>
@@ -23,6 +24,7 @@
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
 #include "apps/allreduce/http_store.hpp"
@@ -93,6 +95,12 @@ struct options {
   std::vector<size_t> sizes{1024, 1u << 20};
   int iters = 20;
   bool bench = false;
+  // --connect-bench: time only the global context's connectFullMesh, with every rank
+  // released at the same wall-clock instant, through the rendezvous server or (for
+  // comparison) Gloo's FileStore in a directory.
+  bool connect_bench = false;
+  long long start_at_ms = 0;
+  std::string file_store;
 };
 
 options parse_args(int argc, char** argv) {
@@ -119,11 +127,19 @@ options parse_args(int argc, char** argv) {
       o.iters = std::max(1, std::atoi(value().c_str()));
     } else if (a == "--bench") {
       o.bench = true;
+    } else if (a == "--connect-bench") {
+      o.connect_bench = true;
+    } else if (a == "--start-at") {
+      o.start_at_ms = std::atoll(value().c_str());
+    } else if (a == "--file-store") {
+      o.file_store = value();
     } else if (a == "--help" || a == "-h") {
       std::printf("usage: caf-hvd-allreduce [--sizes 1K,1M,...] [--bench [--iters N]]\n"
                   "Run under caf-hvd: connects Gloo's global, local and cross contexts through\n"
                   "the rendezvous server, allreduces float32 buffers and checks every element.\n"
-                  "--bench: rank 0 prints latency, algbw and busbw per size (table and JSON).\n");
+                  "--bench: rank 0 prints latency, algbw and busbw per size (table and JSON).\n"
+                  "--connect-bench [--start-at EPOCH_MS] [--file-store DIR]: rank 0 prints the\n"
+                  "  slowest rank's connectFullMesh time of the global context (JSON).\n");
       std::exit(0);
     } else {
       throw usage_error(fmt::format("unknown argument '{}' (see --help)", a));
@@ -244,6 +260,34 @@ void check(const scope_context& sc, const std::vector<float>& buf, int world_ran
   }
 }
 
+int connect_bench(const options& opts, int rank, int size, const std::string& addr, int port,
+                  std::shared_ptr<gloo::transport::Device>& dev,
+                  std::chrono::milliseconds timeout) {
+  if (opts.start_at_ms > 0)
+    std::this_thread::sleep_until(std::chrono::system_clock::time_point{
+      std::chrono::milliseconds(opts.start_at_ms)});
+  auto t0 = clock_type::now();
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(timeout);
+  if (opts.file_store.empty()) {
+    cafhvd::http_store store{addr, static_cast<uint16_t>(port), "global", rank, timeout};
+    ctx->connectFullMesh(store, dev);
+  } else {
+    gloo::rendezvous::FileStore store{opts.file_store};
+    ctx->connectFullMesh(store, dev);
+  }
+  double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+  gloo::AllreduceOptions o(ctx);
+  o.setOutput(&ms, 1);
+  void (*fn)(void*, const void*, const void*, size_t) = &gloo::max<double>;
+  o.setReduceFunction(fn);
+  gloo::allreduce(o);
+  if (rank == 0)
+    std::printf("{\"store\": \"%s\", \"ranks\": %d, \"connect_ms\": %.2f}\n",
+                opts.file_store.empty() ? "rendezvous-http" : "gloo-filestore", size, ms);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -274,6 +318,9 @@ int main(int argc, char** argv) {
       attr.hostname = "127.0.0.1";
     attr.ai_family = AF_INET;
     auto dev = gloo::transport::tcp::CreateDevice(attr);
+
+    if (opts.connect_bench)
+      return connect_bench(opts, rank, size, addr, port, dev, timeout);
 
     auto t0 = clock_type::now();
     phase = "rendezvous";
