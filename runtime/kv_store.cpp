@@ -119,6 +119,14 @@ std::optional<int> kv_store::scope_size(const std::string& scope) const {
   return it->second;
 }
 
+std::vector<std::pair<std::string, kv_store::bytes>>
+kv_store::entries(const std::string& scope) const {
+  std::vector<std::pair<std::string, bytes>> out;
+  if (auto s = data_.find(scope); s != data_.end())
+    out.assign(s->second.begin(), s->second.end());
+  return out;
+}
+
 size_t kv_store::key_count(const std::string& scope) const {
   auto it = data_.find(scope);
   return it == data_.end() ? 0 : it->second.size();

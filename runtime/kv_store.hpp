@@ -52,6 +52,9 @@ public:
   uint64_t wait(const std::string& scope, const std::string& key, waiter_fn fn);
   void cancel_wait(uint64_t id);
 
+  /// Every key and value of a scope, in key order.
+  std::vector<std::pair<std::string, bytes>> entries(const std::string& scope) const;
+
   uint64_t generation() const { return generation_; }
   std::optional<int> scope_size(const std::string& scope) const;
   size_t total_bytes() const { return total_; }

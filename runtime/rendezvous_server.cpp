@@ -46,9 +46,10 @@ std::optional<std::string> percent_decode(std::string_view s) {
 struct target {
   std::string scope, key;
   std::optional<long> wait_ms;
+  bool snapshot = false;
 };
 
-// "/<scope>/<key>[?wait_ms=N]": exactly two non-empty segments.
+// "/<scope>/<key>[?wait_ms=N][&snapshot=1]": exactly two non-empty segments.
 std::optional<target> parse_target(std::string_view t) {
   std::string_view query;
   if (auto q = t.find('?'); q != std::string_view::npos) {
@@ -66,13 +67,20 @@ std::optional<target> parse_target(std::string_view t) {
   auto key = percent_decode(t.substr(slash + 1));
   if (!scope || !key || scope->empty() || key->empty())
     return std::nullopt;
-  target out{*scope, *key, std::nullopt};
-  if (!query.empty()) {
+  target out{*scope, *key, std::nullopt, false};
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto param = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (param == "snapshot=1") {
+      out.snapshot = true;
+      continue;
+    }
     constexpr std::string_view name = "wait_ms=";
-    if (query.substr(0, name.size()) != name)
+    if (param.substr(0, name.size()) != name)
       return std::nullopt;
     long v = 0;
-    auto num = query.substr(name.size());
+    auto num = param.substr(name.size());
     auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
     if (ec != std::errc{} || p != num.data() + num.size() || v < 0)
       return std::nullopt;
@@ -168,7 +176,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
         if (!t->wait_ms || *t->wait_ms == 0) {
           auto v = srv.store.get(t->scope, t->key);
           if (v)
-            return reply(http::status::ok, std::move(*v), keep);
+            return reply(http::status::ok, t->snapshot ? snapshot(t->scope) : std::move(*v), keep);
           return reply(http::status::not_found, "", keep);
         }
         return long_poll(*t, keep);
@@ -187,19 +195,30 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     }
   }
 
+  // Every key of the scope, framed as <len>:<key><len>:<value>... (our own clients
+  // cache the peers' values from one answer instead of asking for each).
+  std::string snapshot(const std::string& scope) {
+    std::string out;
+    for (auto& [k, v] : srv.store.entries(scope))
+      out += fmt::format("{}:{}{}:{}", k.size(), k, v.size(), v);
+    return out;
+  }
+
   // Holds the request until the key exists or the wait ends; then 200 or 404.
   void long_poll(const target& t, bool keep) {
     stream.expires_never();
     auto wait = std::min<long>(*t.wait_ms, static_cast<long>(srv.opts.max_wait.count()));
-    waiter = srv.store.wait(t.scope, t.key,
-                            [self = shared_from_this(), keep](const std::optional<std::string>& v) {
-                              self->waiter = 0;
-                              self->wait_timer.cancel();
-                              if (v)
-                                self->reply(http::status::ok, *v, keep);
-                              else
-                                self->reply(http::status::not_found, "", keep);
-                            });
+    waiter = srv.store.wait(
+      t.scope, t.key,
+      [self = shared_from_this(), keep, snap = t.snapshot,
+       scope = t.scope](const std::optional<std::string>& v) {
+        self->waiter = 0;
+        self->wait_timer.cancel();
+        if (v)
+          self->reply(http::status::ok, snap ? self->snapshot(scope) : *v, keep);
+        else
+          self->reply(http::status::not_found, "", keep);
+      });
     if (waiter == 0)
       return; // answered at once
     wait_timer.expires_after(std::chrono::milliseconds(wait));

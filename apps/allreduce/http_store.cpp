@@ -109,9 +109,14 @@ std::string http_store::fetch(const std::string& key, std::chrono::milliseconds 
       deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
       break;
-    auto res = request("GET", key, fmt::format("?wait_ms={}", left.count()), "");
-    if (res.status == 200)
-      return cache_[key] = std::move(res.body);
+    auto res = request("GET", key, fmt::format("?wait_ms={}&snapshot=1", left.count()), "");
+    if (res.status == 200) {
+      absorb_snapshot(res.body);
+      if (auto it = cache_.find(key); it != cache_.end())
+        return it->second;
+      throw gloo::IoException(
+        fmt::format("rendezvous server's snapshot of scope '{}' lacks key '{}'", scope_, key));
+    }
     if (res.status != 404)
       throw gloo::IoException(
         fmt::format("rendezvous server answered GET {}/{} with HTTP {}", scope_, key, res.status));
@@ -120,6 +125,26 @@ std::string http_store::fetch(const std::string& key, std::chrono::milliseconds 
     "timed out after {} s waiting for key '{}' of scope '{}' on the rendezvous server (raise "
     "HOROVOD_GLOO_TIMEOUT_SECONDS if peers start slowly)",
     timeout.count() / 1000.0, key, scope_));
+}
+
+void http_store::absorb_snapshot(const std::string& body) {
+  size_t pos = 0;
+  auto field = [&](std::string& out) {
+    auto colon = body.find(':', pos);
+    if (colon == std::string::npos)
+      throw gloo::IoException("malformed snapshot from the rendezvous server");
+    auto len = std::stoul(body.substr(pos, colon - pos));
+    if (colon + 1 + len > body.size())
+      throw gloo::IoException("truncated snapshot from the rendezvous server");
+    out = body.substr(colon + 1, len);
+    pos = colon + 1 + len;
+  };
+  while (pos < body.size()) {
+    std::string k, v;
+    field(k);
+    field(v);
+    cache_.emplace(std::move(k), std::move(v));
+  }
 }
 
 std::vector<char> http_store::get(const std::string& key) {

@@ -1,5 +1,7 @@
 // A Gloo rendezvous store over caf-hvd's rendezvous server (Horovod's HTTP protocol).
-// Waits use the server's long-poll GET, so a peer's key is seen the moment it arrives.
+// Waits use the server's long-poll GET, so a peer's key is seen the moment it arrives,
+// and ask for a snapshot of the scope, so that one answer brings every peer's value
+// that already exists (Gloo writes each key once, so they are cached).
 #pragma once
 
 #include <chrono>
@@ -45,6 +47,7 @@ private:
   response request(const char* method, const std::string& key, const std::string& query,
                    const std::string& body);
   std::string fetch(const std::string& key, std::chrono::milliseconds timeout);
+  void absorb_snapshot(const std::string& body);
 
   std::string host_;
   uint16_t port_;

@@ -242,3 +242,16 @@ TEST_CASE("server: binding to a bad address is an error that names it") {
   o.bind = "not-an-ip";
   CHECK_THROWS_WITH(rendezvous_server{o}, doctest::Contains("'not-an-ip'"));
 }
+
+TEST_CASE("server: snapshot GET returns every key of the scope, framed") {
+  rendezvous_server srv{rendezvous_options{}};
+  auto p = srv.port();
+  request(p, "PUT", "/s/rank_0", "h0");
+  request(p, "PUT", "/s/0", std::string("a:b\0c", 5));
+  request(p, "PUT", "/other/x", "not included");
+  auto got = request(p, "GET", "/s/0?snapshot=1");
+  CHECK(status_of(got) == 200);
+  CHECK(body_of(got) == std::string("1:05:a:b\0c6:rank_02:h0", 22));
+  CHECK(status_of(request(p, "GET", "/s/9?snapshot=1")) == 404);
+  CHECK(status_of(request(p, "GET", "/s/0?wait_ms=10&snapshot=1")) == 200);
+}
