@@ -277,6 +277,31 @@ class ClusterTest(unittest.TestCase):
         self.assertIn("on hostC: local 0/1, cross 2/3", lines[3][0])
         self.assertIn("on hostB: local 1/2, cross 0/1", lines[2][0])
 
+    def test_horovods_python_client_against_the_jobs_server(self):
+        # Horovod's http_client: urllib PUT of base64 bodies, GET, 404 as an error.
+        client = r"""
+import base64, os, urllib.request, urllib.error
+base = "http://%s:%s" % (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+                         os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+r = os.environ["HOROVOD_RANK"]
+body = base64.b64encode(b"value-of-" + r.encode())
+urllib.request.urlopen(urllib.request.Request(base + "/runfunc/" + r, data=body,
+                                              method="PUT")).read()
+got = base64.b64decode(urllib.request.urlopen(base + "/runfunc/" + r).read())
+assert got == b"value-of-" + r.encode(), got
+try:
+    urllib.request.urlopen(base + "/runfunc/missing")
+    raise SystemExit("missing key did not fail")
+except urllib.error.HTTPError as e:
+    assert e.code == 404
+urllib.request.urlopen(urllib.request.Request(base + "/runfunc/" + r, method="DELETE")).read()
+print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
+"""
+        rc, out, err = self.c.run(["run", "-np", "2", "--", sys.executable, "-c", client])
+        self.assertEqual(rc, 0, err)
+        for r in (0, 1):
+            self.assertEqual(rank_lines(out)[r], ["client ok 127.0.0.1"])
+
     def test_allreduce_reports_a_dead_peer_instead_of_hanging(self):
         allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
         # Rank 1's allreduce is killed mid-benchmark; rank 0 ignores the launcher's
