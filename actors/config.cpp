@@ -9,6 +9,8 @@ namespace cafhvd {
 hvd_config::hvd_config() {
   add_message_type<interface_addr>("cafhvd::interface_addr");
   add_message_type<node_info>("cafhvd::node_info");
+  add_message_type<probe_target>("cafhvd::probe_target");
+  add_message_type<probe_result>("cafhvd::probe_result");
   add_message_type<launch_spec>("cafhvd::launch_spec");
   add_message_type<output_batch>("cafhvd::output_batch");
   add_message_type<rank_exit>("cafhvd::rank_exit");

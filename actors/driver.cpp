@@ -9,6 +9,7 @@
 //   teardown    SIGTERM, grace period, SIGKILL, release every remote actor
 #include "actors/driver.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "actors/config.hpp"
 #include "actors/coordinator.hpp"
@@ -27,6 +29,7 @@
 #include "runtime/assignment.hpp"
 #include "runtime/env.hpp"
 #include "runtime/nic.hpp"
+#include "runtime/nic_probe.hpp"
 
 namespace cafhvd {
 
@@ -64,6 +67,7 @@ struct node_entry {
   node_info info;
   bool lost = false;
   bool embedded = false;
+  std::string reach_address; // where the other hosts reach it (NIC discovery)
   std::string label() const {
     if (embedded)
       return info.name;
@@ -405,31 +409,83 @@ private:
         "reach; name them by an address of the shared network",
         lo_nodes));
     }
-    for (auto& n : nodes_) {
-      if (loopback != 0) {
-        n.address = "127.0.0.1";
-        iface_[n.info.name] = loopback_name(n.info);
-        continue;
+    if (loopback != 0) {
+      // Every node is on this machine: loopback serves (and --network-interface, if
+      // given, must name it).
+      for (auto& n : nodes_) {
+        auto lo = loopback_name(n.info);
+        if (!job_.network_interfaces.empty()
+            && std::find(job_.network_interfaces.begin(), job_.network_interfaces.end(), lo)
+                 == job_.network_interfaces.end())
+          return fail_start(fmt::format(
+            "--network-interface: every node of this job is on this machine and talks over {}, "
+            "which is not among the named interfaces",
+            lo));
+        n.reach_address = "127.0.0.1";
+        nics_[n.info.name] = {lo};
       }
-      std::string found;
+      return next_phase();
+    }
+    if (nodes_.size() == 1) {
+      // One host: nothing to reach; use the interface the driver reached it through.
+      auto& n = nodes_.front();
+      n.reach_address = n.address;
       for (auto& a : n.info.interfaces)
         if (a.address == n.address)
-          found = a.name;
-      if (found.empty()) {
-        std::string listing;
-        for (auto& a : n.info.interfaces)
-          listing += fmt::format("{}{}={}/{}", listing.empty() ? "" : ", ", a.name, a.address,
-                                 a.prefix);
-        return fail_start(fmt::format(
-          "node {} was reached at {}, but none of its interfaces has that address "
-          "(interfaces: {}); address each node by an IP it owns",
-          n.label(), n.address, listing));
-      }
-      iface_[n.info.name] = found;
+          nics_[n.info.name] = {a.name};
+      if (nics_[n.info.name].empty())
+        nics_[n.info.name] = {loopback_name(n.info)};
+      return next_phase();
     }
-    for (auto& n : nodes_)
-      log("{} uses interface {} ({})", n.label(), iface_[n.info.name], n.address);
-    next_phase();
+    probe_all();
+  }
+
+  // Every node probes every other node's candidate addresses from each of its own
+  // candidate interfaces; all nodes at once.
+  void probe_all() {
+    std::vector<host_interfaces> hosts;
+    std::vector<std::vector<interface_addr>> candidates;
+    for (auto& n : nodes_) {
+      hosts.push_back({n.info.name, n.info.interfaces});
+      try {
+        candidates.push_back(candidate_interfaces(hosts.back(), job_.network_interfaces));
+      } catch (const std::exception& e) {
+        return fail_start(fmt::format("NIC discovery: {}", e.what()));
+      }
+    }
+    auto results = std::make_shared<std::vector<std::vector<probe_result>>>(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      std::vector<probe_target> targets;
+      for (size_t j = 0; j < nodes_.size(); ++j)
+        if (j != i)
+          for (auto& a : candidates[j])
+            targets.push_back({nodes_[j].info.name, a.address, nodes_[j].info.probe_port});
+      auto who = fmt::format("NIC probes of {}", nodes_[i].label());
+      waiting_.insert(who);
+      request(nodes_[i].colocator, remaining(), probe_atom::value, std::move(targets),
+              job_.network_interfaces)
+        .then(
+          [this, i, who, results, hosts](std::vector<probe_result>& r) {
+            (*results)[i] = std::move(r);
+            if (waiting_.size() == 1 && waiting_.count(who)) {
+              try {
+                for (auto& c : choose_interfaces(hosts, *results, job_.network_interfaces)) {
+                  nics_[c.host] = c.usable;
+                  for (auto& n : nodes_)
+                    if (n.info.name == c.host)
+                      n.reach_address = c.address;
+                }
+              } catch (const std::exception& e) {
+                return fail_start(e.what());
+              }
+              for (auto& n : nodes_)
+                log("{} uses {} (usable: {}), reached at {}", n.label(), nics_[n.info.name][0],
+                    fmt::join(nics_[n.info.name], ","), n.reach_address);
+            }
+            answered(who);
+          },
+          [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
+    }
   }
 
   static std::string loopback_name(const node_info& info) {
@@ -486,10 +542,10 @@ private:
       in.cross_size = re.info.cross_size;
       in.group_rank = re.node;
       in.hostname = re.hostname;
-      in.master_addr = master.address;
+      in.master_addr = master.reach_address;
       in.master_port = master_port_;
-      in.iface = iface_[n.info.name];
-      in.nccl_ifaces = {in.iface};
+      in.nccl_ifaces = nics_[n.info.name];
+      in.iface = in.nccl_ifaces.empty() ? std::string{} : in.nccl_ifaces.front();
       in.rendezvous_addr = rendezvous_addr_;
       in.rendezvous_port = rendezvous_port_;
       in.base = job_.base_env;
@@ -709,7 +765,7 @@ private:
   std::set<std::string> waiting_;
   std::vector<node_entry> nodes_;
   std::vector<rank_entry> ranks_;
-  std::map<std::string, std::string> iface_; // node name -> interface
+  std::map<std::string, std::vector<std::string>> nics_; // node name -> usable interfaces
   coordinator_actor coordinator_;
   int master_port_ = 0;
   std::string rendezvous_addr_;

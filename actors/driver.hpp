@@ -25,6 +25,7 @@ struct job_config {
   std::chrono::milliseconds start_timeout{30000};
   std::chrono::milliseconds kill_grace{5000};
   std::string output_dir; // --output-filename
+  std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
 };
 

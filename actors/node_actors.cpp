@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <thread>
 #include <unistd.h>
 
 #include "actors/config.hpp"
@@ -49,8 +50,44 @@ colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_act
       auto& n = settings_of(self->system());
       char host[256] = {};
       gethostname(host, sizeof(host) - 1);
-      return node_info{n.name, host, static_cast<int32_t>(getpid()), n.slots,
-                       list_interfaces()};
+      auto& st = self->state;
+      if (!st.responder) {
+        try {
+          st.responder = std::make_unique<probe_responder>(n.name);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "caf-hvd node '%s': %s\n", n.name.c_str(), e.what());
+        }
+      }
+      return node_info{n.name, host, static_cast<int32_t>(getpid()), n.slots, list_interfaces(),
+                       st.responder ? st.responder->port() : uint16_t{0}};
+    },
+    // Probing blocks for up to a timeout: it runs on a thread of its own and reports
+    // back with probed_atom.
+    [=](probe_atom, std::vector<probe_target>& targets,
+        std::vector<std::string>& wanted) -> caf::result<std::vector<probe_result>> {
+      auto& n = settings_of(self->system());
+      std::vector<interface_addr> local;
+      try {
+        local = candidate_interfaces(host_interfaces{n.name, list_interfaces()}, wanted);
+      } catch (const std::exception& e) {
+        return caf::make_error(caf::sec::invalid_argument, e.what());
+      }
+      auto id = self->state.next_probe++;
+      auto rp = self->make_response_promise<std::vector<probe_result>>();
+      self->state.probes.emplace(id, rp);
+      auto hdl = caf::actor_cast<colocator_actor>(self);
+      std::thread{[hdl, id, local = std::move(local), targets = std::move(targets)] {
+        caf::anon_send(hdl, probed_atom::value, id,
+                       probe_peers(local, targets, std::chrono::milliseconds(2000)));
+      }}.detach();
+      return rp;
+    },
+    [=](probed_atom, uint64_t id, std::vector<probe_result>& results) {
+      auto it = self->state.probes.find(id);
+      if (it == self->state.probes.end())
+        return;
+      it->second.deliver(std::move(results));
+      self->state.probes.erase(it);
     },
     [=](port_atom) -> int32_t { return find_free_port(); },
     [=](enlist_atom, worker_actor w) {

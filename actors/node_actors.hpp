@@ -2,11 +2,13 @@
 // per rank). Node agents offer both for remote spawn; `caf-hvd run` spawns them locally.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "actors/protocol.hpp"
+#include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
 
 namespace cafhvd {
@@ -16,6 +18,9 @@ struct colocator_state {
   driver_actor driver;
   std::vector<worker_actor> workers; // live workers of this node
   bool driver_gone = false;
+  std::unique_ptr<probe_responder> responder; // answers other nodes' NIC probes
+  std::map<uint64_t, caf::typed_response_promise<std::vector<probe_result>>> probes;
+  uint64_t next_probe = 1;
   static inline const char* name = "colocator";
 };
 

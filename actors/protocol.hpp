@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 
 #include "runtime/nic.hpp"
+#include "runtime/nic_probe.hpp"
 
 namespace cafhvd {
 
@@ -33,6 +34,8 @@ using interrupt_atom = caf::atom_constant<caf::atom("interrupt")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using rendezvous_atom = caf::atom_constant<caf::atom("rendezvous")>;
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
+using probed_atom = caf::atom_constant<caf::atom("probed")>;
 constexpr hostname_atom hostname_atom_v{};
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
@@ -48,12 +51,25 @@ constexpr interrupt_atom interrupt_atom_v{};
 constexpr deadline_atom deadline_atom_v{};
 constexpr shutdown_atom shutdown_atom_v{};
 constexpr rendezvous_atom rendezvous_atom_v{};
+constexpr probe_atom probe_atom_v{};
+constexpr probed_atom probed_atom_v{};
 
 // -- messages ------------------------------------------------------------------------
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, interface_addr& x) {
   return f(caf::meta::type_name("interface_addr"), x.name, x.address, x.prefix, x.loopback);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, probe_target& x) {
+  return f(caf::meta::type_name("probe_target"), x.host, x.address, x.port);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, probe_result& x) {
+  return f(caf::meta::type_name("probe_result"), x.iface, x.local_address, x.host, x.address,
+           x.ok, x.error);
 }
 
 /// What a colocator tells the driver about its node.
@@ -63,12 +79,13 @@ struct node_info {
   int32_t pid = 0;         // the agent's process id
   uint32_t slots = 0;      // slots the agent offers; 0 = not limited
   std::vector<interface_addr> interfaces;
+  uint16_t probe_port = 0; // the colocator's NIC probe responder
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("node_info"), x.name, x.os_hostname, x.pid, x.slots,
-           x.interfaces);
+           x.interfaces, x.probe_port);
 }
 
 /// What a worker runs: the user's command with its complete environment.
@@ -152,10 +169,14 @@ using worker_actor = caf::typed_actor<
   caf::reacts_to<output_atom, output_batch>,                // from its reader thread
   caf::reacts_to<exited_atom, rank_exit>>;                  // from its reader thread
 
-/// One node's side of a job: its workers, free ports, interfaces, and cleanup.
+/// One node's side of a job: its workers, free ports, interfaces, NIC probes, cleanup.
 using colocator_actor = caf::typed_actor<
   caf::replies_to<node_atom>::with<node_info>,
   caf::replies_to<port_atom>::with<int32_t>,
+  // probe the targets from these local interfaces (all non-loopback ones if empty)
+  caf::replies_to<probe_atom, std::vector<probe_target>, std::vector<std::string>>::with<
+    std::vector<probe_result>>,
+  caf::reacts_to<probed_atom, uint64_t, std::vector<probe_result>>, // from a probe thread
   caf::reacts_to<enlist_atom, worker_actor>, // a worker of this node starts
   caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
   caf::reacts_to<kill_atom>>;                // the grace period is over

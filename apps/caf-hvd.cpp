@@ -215,7 +215,7 @@ struct job_options {
   po::options_description desc;
   int np = 0;
   double start_timeout = 30, kill_grace = 5;
-  std::string output_dir, hosts, hostfile;
+  std::string output_dir, hosts, hostfile, nics;
   std::vector<std::string> env;
   std::vector<std::string> command;
 
@@ -229,6 +229,8 @@ struct job_options {
       "output-filename", po::value(&output_dir),
       "also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr")(
       "env", po::value(&env)->composing(), "KEY=VALUE added to every rank (repeatable)")(
+      "network-interface", po::value(&nics),
+      "NAME[,NAME...]: use only these interfaces between hosts")(
       "verbose", "print each phase of the job with timings");
     if (with_hosts)
       desc.add_options()("hosts,H", po::value(&hosts),
@@ -316,6 +318,21 @@ int run_job(int argc, char** argv, bool embedded) {
   job.start_timeout = std::chrono::milliseconds(static_cast<long>(o.start_timeout * 1000));
   job.kill_grace = std::chrono::milliseconds(static_cast<long>(o.kill_grace * 1000));
   job.output_dir = o.output_dir;
+  if (vm.count("network-interface")) {
+    std::string_view rest = o.nics;
+    while (true) {
+      auto comma = rest.find(',');
+      auto name = rest.substr(0, comma);
+      if (name.empty() || name.size() > 15)
+        throw usage_error(fmt::format("--network-interface '{}': expected NAME[,NAME...] with "
+                                      "interface names of 1 to 15 characters",
+                                      o.nics));
+      job.network_interfaces.emplace_back(name);
+      if (comma == std::string_view::npos)
+        break;
+      rest = rest.substr(comma + 1);
+    }
+  }
   if (!job.output_dir.empty())
     prepare_output_dir(job.output_dir);
 
