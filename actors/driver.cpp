@@ -466,6 +466,9 @@ private:
               job_.network_interfaces)
         .then(
           [this, i, who, results, hosts](std::vector<probe_result>& r) {
+            for (auto& p : r)
+              log("probe {} {} -> {} {}: {}", nodes_[i].info.name, p.iface, p.host, p.address,
+                  p.ok ? "ok" : p.error);
             (*results)[i] = std::move(r);
             if (waiting_.size() == 1 && waiting_.count(who)) {
               try {

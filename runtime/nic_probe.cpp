@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <set>
 #include <stdexcept>
 #include <sys/socket.h>
 #include <thread>
@@ -125,8 +126,23 @@ std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
       probes.push_back(std::move(p));
     }
 
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Once every peer host answered over some interface, the other interfaces get a grace
+  // of three times that round (at least 10 ms) and then count as not working: an
+  // interface whose ARP goes nowhere would otherwise hold discovery for seconds.
+  auto start = std::chrono::steady_clock::now();
+  auto deadline = start + timeout;
+  std::set<std::string> hosts_left;
+  for (auto& t : targets)
+    hosts_left.insert(t.host);
+  bool grace_started = hosts_left.empty();
   for (;;) {
+    if (!grace_started && hosts_left.empty()) {
+      grace_started = true;
+      auto round = std::chrono::steady_clock::now() - start;
+      deadline = std::min(deadline, std::chrono::steady_clock::now()
+                                      + std::max<std::chrono::steady_clock::duration>(
+                                        3 * round, std::chrono::milliseconds(10)));
+    }
     std::vector<pollfd> fds;
     std::vector<size_t> which;
     for (size_t i = 0; i < probes.size(); ++i)
@@ -180,6 +196,7 @@ std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
         finish(fmt::format("arrived from {}, which is not {}'s address", seen, p.r.iface));
       } else {
         p.r.ok = true;
+        hosts_left.erase(p.r.host);
         finish("");
       }
     }
@@ -187,7 +204,11 @@ std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
   for (auto& p : probes)
     if (p.fd >= 0) {
       ::close(p.fd);
-      p.r.error = p.connected ? "no answer in time" : "no connection in time";
+      p.r.error = p.connected ? "connected but no answer in time"
+                              : fmt::format("no connection within {} ms",
+                                            std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              std::chrono::steady_clock::now() - start)
+                                              .count());
     }
   std::vector<probe_result> out;
   for (auto& p : probes)
