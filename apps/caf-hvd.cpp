@@ -21,6 +21,7 @@
 #include "actors/protocol.hpp"
 #include "runtime/env.hpp"
 #include "runtime/host_spec.hpp"
+#include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
 
 extern char** environ;
@@ -335,6 +336,28 @@ int run_job(int argc, char** argv, bool embedded) {
   }
   if (!job.output_dir.empty())
     prepare_output_dir(job.output_dir);
+
+  if (!embedded) {
+    // Every node agent must accept TCP before CAF connects (see check_tcp_reachable).
+    std::vector<std::pair<std::string, uint16_t>> endpoints;
+    for (size_t i = 0; i < job.addresses.size(); ++i)
+      endpoints.emplace_back(job.addresses[i], job.hosts[i].port);
+    auto problems = check_tcp_reachable(endpoints, job.start_timeout);
+    std::string report;
+    for (size_t i = 0; i < problems.size(); ++i)
+      if (!problems[i].empty())
+        report += fmt::format("\n  node agent {}{}: {}", job.hosts[i].endpoint(),
+                              job.addresses[i] == job.hosts[i].host
+                                ? std::string{}
+                                : fmt::format(" ({})", job.addresses[i]),
+                              problems[i] == std::strerror(ECONNREFUSED)
+                                ? problems[i] + " (is `caf-hvd node` running there?)"
+                                : problems[i]);
+    if (!report.empty()) {
+      std::cerr << "caf-hvd: error: cannot reach every node agent:" << report << "\n";
+      return 1;
+    }
+  }
 
   block_termination_signals();
   hvd_config cfg;

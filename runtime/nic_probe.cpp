@@ -325,3 +325,67 @@ std::vector<nic_choice> choose_interfaces(const std::vector<host_interfaces>& ho
 }
 
 } // namespace cafhvd
+
+namespace cafhvd {
+
+std::vector<std::string> check_tcp_reachable(
+  const std::vector<std::pair<std::string, uint16_t>>& endpoints,
+  std::chrono::milliseconds timeout) {
+  std::vector<std::string> out(endpoints.size());
+  std::vector<int> fds(endpoints.size(), -1);
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(endpoints[i].second);
+    if (inet_pton(AF_INET, endpoints[i].first.c_str(), &dst.sin_addr) != 1) {
+      out[i] = "not an IPv4 address";
+      continue;
+    }
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0
+        && errno != EINPROGRESS) {
+      out[i] = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    fds[i] = fd;
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::vector<pollfd> p;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < fds.size(); ++i)
+      if (fds[i] >= 0) {
+        p.push_back({fds[i], POLLOUT, 0});
+        which.push_back(i);
+      }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (p.empty() || left.count() <= 0)
+      break;
+    if (::poll(p.data(), p.size(), static_cast<int>(left.count())) < 0 && errno != EINTR)
+      break;
+    for (size_t k = 0; k < p.size(); ++k) {
+      if (!p[k].revents)
+        continue;
+      auto i = which[k];
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fds[i], SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0)
+        out[i] = std::strerror(err);
+      ::close(fds[i]);
+      fds[i] = -1;
+    }
+  }
+  for (size_t i = 0; i < fds.size(); ++i)
+    if (fds[i] >= 0) {
+      out[i] = fmt::format("no TCP connection within {} s (host down, or its network "
+                           "interface down?)",
+                           timeout.count() / 1000.0);
+      ::close(fds[i]);
+    }
+  return out;
+}
+
+} // namespace cafhvd

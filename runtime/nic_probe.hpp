@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/nic.hpp"
@@ -86,5 +87,16 @@ std::vector<interface_addr> candidate_interfaces(const host_interfaces& h,
 std::vector<nic_choice> choose_interfaces(const std::vector<host_interfaces>& hosts,
                                           const std::vector<std::vector<probe_result>>& results,
                                           const std::vector<std::string>& wanted);
+
+} // namespace cafhvd
+
+namespace cafhvd {
+
+/// Opens a TCP connection to every endpoint in parallel and closes it again; returns,
+/// per endpoint, "" when it connected or why not ("connection refused", "no connection
+/// within N s", ...). Used before CAF connects, whose connects run one at a time and
+/// would let one unreachable host stall all others.
+std::vector<std::string> check_tcp_reachable(
+  const std::vector<std::pair<std::string, uint16_t>>& endpoints, std::chrono::milliseconds timeout);
 
 } // namespace cafhvd
