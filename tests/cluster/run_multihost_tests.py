@@ -1,0 +1,110 @@
+"""Multi-host tests on network namespaces this suite creates (tests/cluster/netns.py):
+NIC discovery across hosts whose interface names differ, with decoy interfaces.
+Skips with a clear message when not run as root. Prints 'N passed, N failed'."""
+
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import netns  # noqa: E402
+from harness import rank_envs, rank_lines  # noqa: E402
+
+CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
+ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+WHY_NOT = netns.available()
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class MultiHostTest(unittest.TestCase):
+    def hosts(self, count):
+        h = netns.Hosts(count)
+        self.addCleanup(h.close)
+        for i in range(count):
+            h.start_node(i, CAF_HVD)
+        return h
+
+    def driver(self, h, slots, args, timeout=120, options=()):
+        spec = ",".join(f"{x['good_addr']}:24780:{s}" for x, s in zip(h.hosts, slots))
+        return h.run(0, [CAF_HVD, "driver", *options, "-np", str(sum(slots)), "-H", spec, "--",
+                         *args], timeout=timeout)
+
+    def test_three_hosts_allreduce_over_differently_named_interfaces(self):
+        h = self.hosts(3)
+        rc, out, err = self.driver(h, [2, 1, 1], [ALLREDUCE, "--sizes", "4K,1M"])
+        self.assertEqual(rc, 0, err)
+        lines = rank_lines(out)
+        self.assertIn("caf-hvd-allreduce: all sums correct (2 sizes x global/local/cross)",
+                      lines[0])
+        host_of_rank = [0, 0, 1, 2]
+        for r, hi in enumerate(host_of_rank):
+            host = h.hosts[hi]
+            self.assertIn(f"on {host['name']}:", lines[r][0])
+            self.assertIn(f"iface {host['good']},", lines[r][0])
+            self.assertIn(f"rendezvous {h.hosts[0]['good_addr']}:", lines[r][0])
+
+        rc, out, err = self.driver(h, [2, 1, 1], ["env"])
+        self.assertEqual(rc, 0, err)
+        envs = rank_envs(out)
+        for r, hi in enumerate(host_of_rank):
+            e, host = envs[r], h.hosts[hi]
+            self.assertEqual(e["HOROVOD_HOSTNAME"], host["name"])  # the UTS hostname
+            self.assertEqual(e["HOROVOD_GLOO_IFACE"], host["good"])
+            self.assertEqual(e["NCCL_SOCKET_IFNAME"], host["good"])
+            self.assertEqual(e["MASTER_ADDR"], h.hosts[0]["good_addr"])
+            self.assertEqual(e["HOROVOD_GLOO_RENDEZVOUS_ADDR"], h.hosts[0]["good_addr"])
+        self.assertEqual([envs[r]["HOROVOD_CROSS_SIZE"] for r in range(4)], ["3", "1", "3", "3"])
+
+    def test_host_whose_routable_interface_is_down(self):
+        h = self.hosts(3)
+        down = h.hosts[2]
+        netns.sh("ip", "-n", down["ns"], "link", "set", down["good"], "down")
+        t0 = time.monotonic()
+        rc, _, err = self.driver(h, [1, 1, 1], ["true"], options=["--start-timeout", "2"])
+        self.assertNotEqual(rc, 0)
+        self.assertIn(f"node agent {down['good_addr']}:24780", err)
+        self.assertIn("no TCP connection within 2 s", err)
+        self.assertLess(time.monotonic() - t0, 6)
+
+    def test_network_interface_naming_a_decoy(self):
+        h = self.hosts(2)
+        decoy = h.hosts[0]["decoy"]
+        rc, _, err = self.driver(h, [1, 1], ["true"],
+                                 options=["--network-interface", f"{decoy},{h.hosts[1]['decoy']}"])
+        self.assertEqual(rc, 1, err)
+        self.assertIn(f"interface {decoy} on host {h.hosts[0]['name']} does not reach every "
+                      f"other host", err)
+
+    def test_network_interface_missing_on_a_host(self):
+        h = self.hosts(2)
+        rc, _, err = self.driver(h, [1, 1], ["true"], options=["--network-interface", "eth0"])
+        self.assertEqual(rc, 1, err)
+        self.assertIn(f"host {h.hosts[1]['name']} has no interface named eth0", err)
+
+    def test_network_interface_naming_the_good_ones(self):
+        h = self.hosts(2)
+        names = f"{h.hosts[0]['good']},{h.hosts[1]['good']}"
+        rc, out, err = self.driver(h, [1, 1], ["env"], options=["--network-interface", names])
+        self.assertEqual(rc, 0, err)
+        envs = rank_envs(out)
+        self.assertEqual(envs[1]["HOROVOD_GLOO_IFACE"], h.hosts[1]["good"])
+
+
+if __name__ == "__main__":
+    if WHY_NOT:
+        print(f"multi-host tests skipped: {WHY_NOT}")
+    runner = unittest.TextTestRunner(verbosity=2)
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(MultiHostTest)
+    if len(sys.argv) > 1:
+        suite = unittest.TestSuite(t for t in suite if any(a in t.id() for a in sys.argv[1:]))
+    result = runner.run(suite)
+    failed = len(result.failures) + len(result.errors)
+    passed = result.testsRun - failed - len(result.skipped)
+    print(f"{passed} passed, {failed} failed, {len(result.skipped)} skipped")
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    if not WHY_NOT and "chv" in left:
+        print(f"namespaces left behind: {left}")
+        failed += 1
+    sys.exit(1 if failed else 0)
