@@ -1,6 +1,8 @@
 // Registration of caf-hvd's message types and spawnable actors.
 #include "actors/config.hpp"
 
+#include <caf/openssl/all.hpp>
+
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
 
@@ -24,10 +26,18 @@ hvd_config::hvd_config() {
   set("scheduler.max-threads", size_t{2});
 }
 
-void hvd_config::enable_network(const liveness& l) {
+void hvd_config::enable_network(const liveness& l, const cluster_credentials* creds) {
   set("middleman.heartbeat-interval", caf::timespan{l.heartbeat});
   set("middleman.connection-timeout", caf::timespan{l.timeout});
+  // Never: it opens a second, unauthenticated plain-TCP port (reference/caf.md §6.5).
+  set("middleman.enable-automatic-connections", false);
   load<caf::io::middleman>();
+  if (creds) {
+    openssl_certificate = creds->member_cert;
+    openssl_key = creds->member_key;
+    openssl_cafile = creds->ca_cert;
+    load<caf::openssl::manager>();
+  }
 }
 
 const node_settings& settings_of(caf::actor_system& sys) {

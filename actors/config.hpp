@@ -9,6 +9,8 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "runtime/credentials.hpp"
+
 namespace cafhvd {
 
 /// What node-side actors need to know about the agent that hosts them.
@@ -29,8 +31,9 @@ struct liveness {
 class hvd_config : public caf::actor_system_config {
 public:
   hvd_config();
-  /// Applies heartbeat settings and loads the middleman.
-  void enable_network(const liveness& l);
+  /// Applies heartbeat settings and loads the middleman; with credentials also CAF's
+  /// OpenSSL module in mutual-TLS mode (peers must present a certificate of `creds`' CA).
+  void enable_network(const liveness& l, const cluster_credentials* creds);
   std::shared_ptr<node_settings> node = std::make_shared<node_settings>();
 };
 

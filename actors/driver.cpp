@@ -24,6 +24,8 @@
 #include <fmt/ranges.h>
 
 #include "actors/config.hpp"
+
+#include <caf/openssl/all.hpp>
 #include "actors/coordinator.hpp"
 #include "actors/node_actors.hpp"
 #include "runtime/assignment.hpp"
@@ -198,7 +200,10 @@ private:
     enter(phase::connect);
     if (job_.embedded)
       return next_phase();
-    auto mm = system().middleman().actor_handle();
+    // Through the OpenSSL module, the connection is mutual TLS; remote spawns then use
+    // that connection (one BASP broker serves both).
+    auto mm = job_.tls ? system().openssl_manager().actor_handle()
+                       : system().middleman().actor_handle();
     for (size_t i = 0; i < nodes_.size(); ++i) {
       auto who = fmt::format("node agent {}", nodes_[i].spec.endpoint());
       waiting_.insert(who);
@@ -231,6 +236,11 @@ private:
     if (e == caf::sec::connection_timeout)
       return "the peer accepted the connection but never completed the handshake (not a "
              "caf-hvd node agent, or a hung one)";
+    if (e == caf::sec::disconnect_during_handshake)
+      return job_.tls ? "the TLS handshake failed: the agent is not of this cluster (another "
+                        "CA), or runs with --insecure"
+                      : "the agent closed the connection during the handshake: it requires "
+                        "TLS (drop --insecure and use the cluster's credentials)";
     if (e == caf::sec::incompatible_application_ids)
       return "the peer is not a caf-hvd node agent of this version";
     return describe(e);

@@ -27,6 +27,7 @@ struct job_config {
   std::string output_dir; // --output-filename
   std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
+  bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
 };
 
 /// Filled in by the driver before it quits.

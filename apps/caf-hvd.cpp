@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -14,11 +15,13 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <caf/openssl/all.hpp>
 #include <fmt/format.h>
 
 #include "actors/config.hpp"
 #include "actors/driver.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/credentials.hpp"
 #include "runtime/env.hpp"
 #include "runtime/host_spec.hpp"
 #include "runtime/nic_probe.hpp"
@@ -119,6 +122,43 @@ std::string bind_problem(const std::string& bind, int port) {
   return why;
 }
 
+// The credentials a node or driver uses, or nullopt with --insecure (after a warning).
+std::optional<cluster_credentials> credentials_for(const po::variables_map& vm,
+                                                   const std::string& dir, const char* who) {
+  if (vm.count("insecure")) {
+    if (vm.count("cluster-dir"))
+      throw usage_error("--insecure and --cluster-dir exclude each other");
+    std::cerr << fmt::format(
+      "caf-hvd {}: WARNING: --insecure: no TLS, no admission; anyone who can reach the "
+      "node port can run commands there. Use only on a trusted network.\n",
+      who);
+    return std::nullopt;
+  }
+  try {
+    return load_cluster(cluster_dir(dir.empty() ? std::nullopt : std::optional{dir}));
+  } catch (const credentials_error& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+int run_cluster(int argc, char** argv) {
+  if (argc < 3 || std::string_view{argv[2]} != "init" || argc > 4)
+    throw usage_error("usage: caf-hvd cluster init [DIR]  (default DIR: $CAF_HVD_CLUSTER_DIR, "
+                      "else ~/.config/caf-hvd/cluster)");
+  auto dir = cluster_dir(argc == 4 ? std::optional<std::string>{argv[3]} : std::nullopt);
+  try {
+    auto c = init_cluster(dir);
+    std::cout << fmt::format(
+      "created the cluster's credentials in {}:\n  ca.pem, ca.key      the cluster's CA (keep "
+      "ca.key private)\n  member.pem, member.key  presented by node agents and drivers\n"
+      "Copy {} (without ca.key) to every host and use --cluster-dir or CAF_HVD_CLUSTER_DIR.\n",
+      c.dir, c.dir);
+  } catch (const credentials_error& e) {
+    throw std::runtime_error(e.what());
+  }
+  return 0;
+}
+
 // Splits argv at the first "--": options before, the command after.
 std::pair<std::vector<std::string>, std::vector<std::string>> split_command(int argc,
                                                                             char** argv) {
@@ -156,13 +196,15 @@ int run_node(int argc, char** argv) {
                                "usage: caf-hvd node [--port PORT] [--name NAME] [--slots N] "
                                "[--bind ADDR]\n\noptions"};
   int port = default_node_port;
-  std::string name, bind;
+  std::string name, bind, cluster;
   int slots = 0;
   desc.add_options()("help,h", "show this help")(
     "port,p", po::value(&port)->default_value(default_node_port), "TCP port to listen on")(
     "name", po::value(&name), "the host's identity in jobs (HOROVOD_HOSTNAME); default: hostname")(
     "slots", po::value(&slots)->default_value(0), "ranks this node accepts per job; 0 = no limit")(
-    "bind", po::value(&bind), "address to listen on; default: every interface");
+    "bind", po::value(&bind), "address to listen on; default: every interface")(
+    "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
+    "insecure", "admit any driver without TLS (trusted networks only)");
   auto [args, rest] = split_command(argc, argv);
   if (!rest.empty())
     throw usage_error("caf-hvd node takes no command");
@@ -181,24 +223,36 @@ int run_node(int argc, char** argv) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
       throw usage_error(fmt::format("--name '{}': use letters, digits, '.', '-' or '_'", name));
 
+  auto creds = credentials_for(vm, cluster, "node");
+
   block_termination_signals();
   hvd_config cfg;
   cfg.node->name = name;
   cfg.node->slots = static_cast<uint32_t>(slots);
   cfg.node->shim = shim_path();
-  cfg.enable_network(liveness{});
+  cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
   caf::actor_system sys{cfg};
   cfg.node->guardian = spawn_guardian(sys);
-  auto opened = sys.middleman().open(static_cast<uint16_t>(port),
-                                     bind.empty() ? nullptr : bind.c_str(), true);
+  caf::expected<uint16_t> opened{caf::sec::runtime_error};
+  if (creds) {
+    caf::scoped_actor self{sys};
+    self
+      ->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(10),
+                caf::open_atom::value, static_cast<uint16_t>(port), bind, true)
+      .receive([&](uint16_t p) { opened = p; }, [&](caf::error& e) { opened = std::move(e); });
+  } else {
+    opened = sys.middleman().open(static_cast<uint16_t>(port),
+                                  bind.empty() ? nullptr : bind.c_str(), true);
+  }
   int rc = 0;
   if (!opened) {
     std::cerr << fmt::format("caf-hvd node: cannot listen on {}:{}: {}\n",
                              bind.empty() ? "*" : bind, port, bind_problem(bind, port));
     rc = 1;
   } else {
-    std::cout << fmt::format("caf-hvd node '{}' listening on {}:{}\n", name,
-                             bind.empty() ? "*" : bind, *opened)
+    std::cout << fmt::format("caf-hvd node '{}' listening on {}:{} ({})\n", name,
+                             bind.empty() ? "*" : bind, *opened,
+                             creds ? "mutual TLS, cluster " + creds->dir : "INSECURE")
               << std::flush;
     auto set = termination_signals();
     int sig = 0;
@@ -216,7 +270,7 @@ struct job_options {
   po::options_description desc;
   int np = 0;
   double start_timeout = 30, kill_grace = 5;
-  std::string output_dir, hosts, hostfile, nics;
+  std::string output_dir, hosts, hostfile, nics, cluster;
   std::vector<std::string> env;
   std::vector<std::string> command;
 
@@ -236,7 +290,10 @@ struct job_options {
     if (with_hosts)
       desc.add_options()("hosts,H", po::value(&hosts),
                          "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
-        "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines");
+        "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines")(
+        "cluster-dir", po::value(&cluster),
+        "the cluster's credentials (see 'caf-hvd cluster init')")(
+        "insecure", "talk to node agents without TLS (trusted networks only)");
     desc.add_options()("command", po::value(&command)->composing(), "the command to run");
   }
 };
@@ -337,6 +394,11 @@ int run_job(int argc, char** argv, bool embedded) {
   if (!job.output_dir.empty())
     prepare_output_dir(job.output_dir);
 
+  std::optional<cluster_credentials> creds;
+  if (!embedded) {
+    creds = credentials_for(vm, o.cluster, "driver");
+    job.tls = creds.has_value();
+  }
   if (!embedded) {
     // Every node agent must accept TCP before CAF connects (see check_tcp_reachable).
     std::vector<std::pair<std::string, uint16_t>> endpoints;
@@ -365,7 +427,7 @@ int run_job(int argc, char** argv, bool embedded) {
     cfg.node->name = this_hostname();
     cfg.node->shim = shim_path();
   } else {
-    cfg.enable_network(liveness{});
+    cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
   }
   caf::actor_system sys{cfg};
   if (embedded)
@@ -404,6 +466,7 @@ void print_usage(std::ostream& os) {
      << "  caf-hvd run -np N [options] -- COMMAND [ARGS...]     a job on this machine\n"
      << "  caf-hvd driver -np N -H HOST:SLOTS,... [options] -- COMMAND [ARGS...]\n"
      << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--bind ADDR]\n"
+     << "  caf-hvd cluster init [DIR]                          create a cluster's credentials\n"
      << "  caf-hvd --version\n\n"
      << "Run 'caf-hvd SUBCOMMAND --help' for the options of each.\n";
 }
@@ -431,6 +494,8 @@ int main(int argc, char** argv) {
       return run_job(argc, argv, false);
     if (sub == "run")
       return run_job(argc, argv, true);
+    if (sub == "cluster")
+      return run_cluster(argc, argv);
     std::cerr << fmt::format("caf-hvd: unknown subcommand '{}'\n\n", sub);
     print_usage(std::cerr);
     return 2;

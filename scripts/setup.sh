@@ -7,7 +7,8 @@ build=${1:-build}
 shift || true
 
 packages=(g++ meson ninja-build pkg-config cmake python3 libcaf-dev libfmt-dev
-          libboost-dev libboost-program-options-dev doctest-dev libgloo-dev)
+          libboost-dev libboost-program-options-dev doctest-dev libgloo-dev libssl-dev
+          iproute2 util-linux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
