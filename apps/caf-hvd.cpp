@@ -159,6 +159,18 @@ int run_cluster(int argc, char** argv) {
   return 0;
 }
 
+// The job is decided; CAF's shutdown may still wait on a connection attempt blocked in
+// its OpenSSL module (a peer that never answers the handshake), which has no timeout.
+// Give the actor system a few seconds to wind down, then leave with the job's code.
+void exit_watchdog(int code) {
+  std::thread{[code] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }}.detach();
+}
+
 // Splits argv at the first "--": options before, the command after.
 std::pair<std::vector<std::string>, std::vector<std::string>> split_command(int argc,
                                                                             char** argv) {
@@ -261,6 +273,7 @@ int run_node(int argc, char** argv) {
     std::cerr << fmt::format("caf-hvd node '{}': {} received, stopping\n", name, strsignal(sig));
   }
   caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  exit_watchdog(rc);
   return rc;
 }
 
@@ -455,6 +468,7 @@ int run_job(int argc, char** argv, bool embedded) {
   }
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
+  exit_watchdog(result->exit_code);
   if (cfg.node->guardian)
     caf::anon_send(cfg.node->guardian, shutdown_atom::value);
   return result->exit_code;

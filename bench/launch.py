@@ -17,6 +17,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,6 +54,11 @@ def main():
     caf = a.caf_hvd
     mpirun = None if a.no_mpirun else shutil.which("mpirun")
 
+    # Node agents and drivers use mutual TLS, as users run them by default.
+    cluster = tempfile.mkdtemp(prefix="caf-hvd-bench-")
+    subprocess.run([caf, "cluster", "init", os.path.join(cluster, "c")], check=True,
+                   stdout=subprocess.DEVNULL)
+    os.environ["CAF_HVD_CLUSTER_DIR"] = os.path.join(cluster, "c")
     nodes = []
     ports = []
     try:
@@ -110,6 +116,7 @@ def main():
         for p in nodes:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+        shutil.rmtree(cluster, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
+os.environ.setdefault("CAF_HVD", os.path.join(ROOT, "build", "apps", "caf-hvd"))
+import harness  # noqa: E402,F401  (creates a test cluster: TLS as by default)
 import netns  # noqa: E402
 
 STAMP = re.compile(r"caf-hvd \[\s*(\d+) ms\] (\w+): begins")

@@ -1,14 +1,32 @@
 """Real processes for cluster tests: node agents on loopback, each its own host, and a
 driver. Everything started here is killed and reaped on cleanup, also on failure."""
 
+import atexit
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
+
+
+def make_cluster(path):
+    """Creates a cluster's credentials in `path` with `caf-hvd cluster init`."""
+    r = subprocess.run([CAF_HVD, "cluster", "init", path], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"caf-hvd cluster init failed: {r.stderr}")
+    return path
+
+
+# Every node agent and driver the tests start uses the same, test-only cluster: tests
+# run with mutual TLS, as users do by default.
+_CLUSTER_TMP = tempfile.mkdtemp(prefix="caf-hvd-test-")
+atexit.register(shutil.rmtree, _CLUSTER_TMP, True)
+os.environ["CAF_HVD_CLUSTER_DIR"] = make_cluster(os.path.join(_CLUSTER_TMP, "cluster"))
 
 
 def free_port():

@@ -3,14 +3,19 @@ driver, checked from the ranks' own output. Run by `meson test`; prints a closin
 'N passed, N failed' line."""
 
 import os
+import re
+import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, pids_matching, rank_envs, rank_lines, wait_until  # noqa: E402
+from harness import (Cluster, free_port, make_cluster, pids_matching, rank_envs,  # noqa: E402
+                     rank_lines, wait_until)
 
 
 class ClusterTest(unittest.TestCase):
@@ -319,6 +324,114 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         self.assertIn("rank 0: benchmark of 16M failed (peer: rank 1)", err)
         self.assertLess(time.monotonic() - t0, 15)
 
+    # -- admission and hostile input ----------------------------------------------------
+
+    def node_log(self, name):
+        """What a node agent printed so far (non-blocking)."""
+        p = self.c.nodes[name][0]
+        os.set_blocking(p.stdout.fileno(), False)
+        text = p.stdout.read() or ""
+        return text
+
+    def test_only_drivers_of_the_cluster_can_spawn(self):
+        self.c.node("guarded")
+        spec = self.c.spec("guarded", 1)
+        with tempfile.TemporaryDirectory() as other:
+            foreign = make_cluster(os.path.join(other, "c"))
+            rc, _, err = self.c.run(["driver", "--cluster-dir", foreign, "-np", "1", "-H", spec,
+                                     "--", "touch", f"/tmp/pwned.{self.marker}"])
+        self.assertEqual(rc, 1, err)
+        self.assertIn("TLS handshake failed", err)
+        rc, _, err = self.c.run(["driver", "--insecure", "-np", "1", "-H", spec, "--", "touch",
+                                 f"/tmp/pwned.{self.marker}"])
+        self.assertEqual(rc, 1, err)
+        self.assertIn("requires TLS", err)
+        port = self.c.nodes["guarded"][1]
+        if shutil.which("openssl"):  # an anonymous TLS client
+            subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}"],
+                           input="x", capture_output=True, text=True, timeout=10)
+        with socket.create_connection(("127.0.0.1", port)) as s:  # plain bytes
+            s.sendall(b"\x00\x00\x00\x10garbage-garbage-garbage")
+            s.settimeout(5)
+            try:
+                s.recv(100)
+            except OSError:
+                pass
+        self.assertFalse(os.path.exists(f"/tmp/pwned.{self.marker}"))
+        rc, out, err = self.c.run(["driver", "-np", "1", "-H", spec, "--", "echo", "admitted"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rank_lines(out)[0], ["admitted"])
+        log = self.node_log("guarded")
+        self.assertIn("refused", log)
+        self.assertIn("wrong version number", log)
+
+    def test_node_listens_on_one_port_only(self):
+        port = self.c.node("single")
+        pid = self.c.nodes["single"][0].pid
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        listening = set()
+        for table in ("tcp", "tcp6", "udp", "udp6"):
+            with open(f"/proc/{pid}/net/{table}") as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[9] in inodes and (fields[3] == "0A" or table.startswith("udp")):
+                        listening.add(int(fields[1].rsplit(":", 1)[1], 16))
+        self.assertEqual(listening, {port})  # no automatic-connections port, nothing else
+
+    def test_credentials_errors_are_clear(self):
+        with tempfile.TemporaryDirectory() as d:
+            missing = os.path.join(d, "none")
+            self.assert_fails(["node", "--cluster-dir", missing], 1,
+                              f"no cluster credentials in {missing}", "caf-hvd cluster init")
+            c = make_cluster(os.path.join(d, "c"))
+            os.chmod(os.path.join(c, "member.key"), 0o644)
+            self.assert_fails(["node", "--cluster-dir", c], 1, "member.key is accessible by "
+                              "other users (mode 644)")
+            os.chmod(os.path.join(c, "member.key"), 0o600)
+            with open(os.path.join(c, "member.pem"), "w") as f:
+                f.write("not a certificate\n")
+            self.assert_fails(["driver", "--cluster-dir", c, "-np", "1", "-H", "127.0.0.1:1",
+                               "--", "true"], 1, "member.pem is not a PEM certificate")
+            self.assert_fails(["cluster", "init", c], 1, "refusing to overwrite")
+        self.assert_fails(["node", "--insecure", "--cluster-dir", "/x"], 2, "exclude each other")
+
+    def test_hostile_clients_while_a_job_runs(self):
+        allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+        self.c.node("hostA")
+        self.c.node("hostB")
+        spec = f"{self.c.spec('hostA', 1)},{self.c.spec('hostB', 1)}"
+        script = ('[ "$HOROVOD_RANK" = 0 ] && echo "port=$HOROVOD_GLOO_RENDEZVOUS_PORT"; '
+                  f"sleep 2; exec {allreduce} --sizes 4K,1M")
+        p = self.c.start(["driver", "-np", "2", "-H", spec, "--", "sh", "-c", script])
+        line = p.stdout.readline()
+        self.assertIn("port=", line)
+        rdv = int(line.strip().rsplit("=", 1)[1])
+        socks = []
+        try:
+            for port in (rdv, self.c.nodes["hostA"][1]):
+                for i in range(40):
+                    s = socket.create_connection(("127.0.0.1", port))
+                    if i % 4 == 0:
+                        s.sendall(os.urandom(512))       # garbage
+                    elif i % 4 == 1:
+                        s.sendall(b"PUT /global/0 HTTP/1.1\r\nContent-Length: 99")  # half
+                    elif i % 4 == 2:
+                        s.sendall(b"G")                  # slow: one byte, then silence
+                    socks.append(s)                      # i % 4 == 3: idle
+            out, err = p.communicate(timeout=60)
+        finally:
+            for s in socks:
+                s.close()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("caf-hvd-allreduce: all sums correct", out)
+
     # -- bad input -----------------------------------------------------------------------
 
     def assert_fails(self, args, code, *needles):
@@ -354,7 +467,6 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         self.assert_fails(["node", "--port", "70000"], 2, "--port 70000 is out of range")
 
     def test_unreachable_node(self):
-        from harness import free_port
         dead = free_port()
         t0 = time.monotonic()
         self.assert_fails(["driver", "-np", "1", "-H", f"127.0.0.1:{dead}:1", "--", "true"], 1,
@@ -384,7 +496,7 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         self.c.node("twin")
         # A second agent that also calls itself 'twin' would corrupt per-host scopes.
         p = self.c.start(["node", "--port", "0", "--name", "twin", "--bind", "127.0.0.1"])
-        port = int(p.stdout.readline().rsplit(":", 1)[1])
+        port = int(re.search(r":(\d+) \(", p.stdout.readline()).group(1))
         self.assert_fails(["driver", "-np", "2", "-H",
                            f"{self.c.spec('twin', 1)},127.0.0.1:{port}:1", "--", "true"], 1,
                           "both call themselves 'twin'")
