@@ -149,4 +149,38 @@ std::vector<host_spec> parse_hostfile(std::istream& in, std::string_view name,
   return out;
 }
 
+std::vector<host_spec> parse_discovery_output(std::string_view text,
+                                              std::optional<uint32_t> slots_per_host,
+                                              uint16_t default_port) {
+  std::vector<host_spec> out;
+  int lineno = 0;
+  for (auto line : split(text, '\n')) {
+    if (++lineno > 65536)
+      throw spec_error("discovery output has more than 65536 lines");
+    if (line.size() > 1024)
+      throw spec_error(fmt::format("discovery output line {} is longer than 1024 characters",
+                                   lineno));
+    if (auto hash = line.find('#'); hash != std::string_view::npos)
+      line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty())
+      continue;
+    try {
+      if (line.find(':') == std::string_view::npos) {
+        if (!slots_per_host)
+          throw spec_error(fmt::format("'{}' gives no slot count; print HOST:SLOTS or pass "
+                                       "--slots-per-host",
+                                       line));
+        out.push_back(host_spec{check_host(line, line), default_port, *slots_per_host});
+      } else {
+        out.push_back(parse_host_spec(line, default_port));
+      }
+    } catch (const spec_error& e) {
+      throw spec_error(fmt::format("discovery output line {}: {}", lineno, e.what()));
+    }
+  }
+  reject_duplicates(out, "the discovery output");
+  return out;
+}
+
 } // namespace cafhvd

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <istream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -41,6 +42,13 @@ std::vector<host_spec> parse_host_list(std::string_view text,
 /// error messages.
 std::vector<host_spec> parse_hostfile(std::istream& in, std::string_view name,
                                       uint16_t default_port = default_node_port);
+
+/// Parses a host discovery script's output: one host per line as HOST (slots from
+/// `slots_per_host`, which must then be given), HOST:SLOTS or HOST:PORT:SLOTS; blank
+/// lines and `#` comments are skipped. At most 65536 lines of 1024 characters.
+std::vector<host_spec> parse_discovery_output(std::string_view text,
+                                              std::optional<uint32_t> slots_per_host,
+                                              uint16_t default_port = default_node_port);
 
 /// Parses a decimal integer in [lo, hi]; `what` names the value in the error message.
 long long parse_bounded_int(std::string_view text, long long lo, long long hi,

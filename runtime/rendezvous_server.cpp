@@ -89,7 +89,44 @@ std::optional<target> parse_target(std::string_view t) {
   return out;
 }
 
+std::string scope_snapshot(const kv_store& store, const std::string& scope) {
+  std::string out;
+  for (auto& [k, v] : store.entries(scope))
+    out += fmt::format("{}:{}{}:{}", k.size(), k, v.size(), v);
+  return out;
+}
+
 } // namespace
+
+rendezvous_answer answer_request(kv_store& store, std::string_view method,
+                                 std::string_view target_text, std::string body,
+                                 bool has_length) {
+  auto t = parse_target(target_text);
+  if (!t)
+    return {400, "expected /<scope>/<key>\n", false, 0};
+  if (method == "PUT") {
+    if (!has_length)
+      return {411, "Content-Length required\n", true, 0};
+    auto r = store.put(t->scope, t->key, std::move(body));
+    if (r == kv_store::put_result::ok)
+      return {200, "", false, 0};
+    return {413, r == kv_store::put_result::too_large ? "value too large\n" : "store full\n",
+            false, 0};
+  }
+  if (method == "GET") {
+    auto v = store.get(t->scope, t->key);
+    if (v)
+      return {200, t->snapshot ? scope_snapshot(store, t->scope) : std::move(*v), false, 0};
+    if (t->wait_ms && *t->wait_ms > 0)
+      return {0, "", false, *t->wait_ms};
+    return {404, "", false, 0};
+  }
+  if (method == "DELETE") {
+    store.finish(t->scope, t->key);
+    return {200, "", false, 0};
+  }
+  return {405, "", true, 0};
+}
 
 struct rendezvous_server::impl {
   rendezvous_options opts;
@@ -152,57 +189,28 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   void handle(http::request<http::string_body> req) {
     bool keep = req.keep_alive();
     auto raw = req.target();
-    auto t = parse_target(std::string_view{raw.data(), raw.size()});
-    if (!t) {
+    auto verb = req.method_string();
+    auto a = answer_request(srv.store, std::string_view{verb.data(), verb.size()},
+                            std::string_view{raw.data(), raw.size()}, std::move(req.body()),
+                            req.has_content_length() || req.chunked());
+    if (a.status >= 400)
       ++srv.rejected;
-      return reply(http::status::bad_request, "expected /<scope>/<key>\n", keep);
+    if (a.wait_ms > 0) {
+      auto t = parse_target(std::string_view{raw.data(), raw.size()});
+      return long_poll(*t, keep);
     }
-    switch (req.method()) {
-      case http::verb::put: {
-        if (!req.has_content_length() && !req.chunked()) {
-          ++srv.rejected;
-          return reply(http::status::length_required, "Content-Length required\n", false);
-        }
-        auto r = srv.store.put(t->scope, t->key, std::move(req.body()));
-        if (r == kv_store::put_result::ok)
-          return reply(http::status::ok, "", keep);
-        ++srv.rejected;
-        return reply(http::status::payload_too_large,
-                     r == kv_store::put_result::too_large ? "value too large\n"
-                                                          : "store full\n",
-                     keep);
-      }
-      case http::verb::get: {
-        if (!t->wait_ms || *t->wait_ms == 0) {
-          auto v = srv.store.get(t->scope, t->key);
-          if (v)
-            return reply(http::status::ok, t->snapshot ? snapshot(t->scope) : std::move(*v), keep);
-          return reply(http::status::not_found, "", keep);
-        }
-        return long_poll(*t, keep);
-      }
-      case http::verb::delete_:
-        srv.store.finish(t->scope, t->key);
-        return reply(http::status::ok, "", keep);
-      default: {
-        ++srv.rejected;
-        http::response<http::string_body> res{http::status::method_not_allowed, req.version()};
-        res.set(http::field::allow, "GET, PUT, DELETE");
-        res.keep_alive(false);
-        res.prepare_payload();
-        return send(std::move(res));
-      }
-    }
+    http::response<http::string_body> res{static_cast<http::status>(a.status), 11u};
+    if (a.status == 405)
+      res.set(http::field::allow, "GET, PUT, DELETE");
+    res.body() = std::move(a.body);
+    res.keep_alive(keep && !a.close);
+    res.prepare_payload(); // always sets Content-Length, which Horovod's client needs
+    send(std::move(res));
   }
 
   // Every key of the scope, framed as <len>:<key><len>:<value>... (our own clients
   // cache the peers' values from one answer instead of asking for each).
-  std::string snapshot(const std::string& scope) {
-    std::string out;
-    for (auto& [k, v] : srv.store.entries(scope))
-      out += fmt::format("{}:{}{}:{}", k.size(), k, v.size(), v);
-    return out;
-  }
+  std::string snapshot(const std::string& scope) { return scope_snapshot(srv.store, scope); }
 
   // Holds the request until the key exists or the wait ends; then 200 or 404.
   void long_poll(const target& t, bool keep) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/assignment.hpp"
@@ -29,6 +30,19 @@ struct rendezvous_stats {
   uint64_t rejected = 0; // 4xx answers and dropped connections
   uint64_t connections_refused = 0;
 };
+
+/// The answer to one parsed request, without I/O: `wait_ms > 0` means "hold the request
+/// until the key exists" (a long-poll GET of an absent key). Used by the server and by
+/// the fuzz target.
+struct rendezvous_answer {
+  int status = 0;
+  std::string body;
+  bool close = false; // the connection ends after this answer
+  long wait_ms = 0;
+};
+
+rendezvous_answer answer_request(kv_store& store, std::string_view method,
+                                 std::string_view target, std::string body, bool has_length);
 
 class rendezvous_server {
 public:

@@ -48,3 +48,20 @@ TEST_CASE("hostfile errors name the file and line") {
   std::istringstream empty{"# nothing\n\n"};
   CHECK_THROWS_WITH_AS(parse_hostfile(empty, "hf"), doctest::Contains("no hosts"), spec_error);
 }
+
+TEST_CASE("discovery script output") {
+  auto hosts = parse_discovery_output("# hosts\nnode-a:2\n\nnode-b:7001:4\nnode-c\n", 3u);
+  REQUIRE(hosts.size() == 3);
+  CHECK(hosts[0] == host_spec{"node-a", default_node_port, 2});
+  CHECK(hosts[1] == host_spec{"node-b", 7001, 4});
+  CHECK(hosts[2] == host_spec{"node-c", default_node_port, 3});
+  CHECK(parse_discovery_output("", 1u).empty());
+  CHECK_THROWS_WITH_AS(parse_discovery_output("node-c\n", std::nullopt),
+                       doctest::Contains("--slots-per-host"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_discovery_output("a:1\nb:x\n", 1u),
+                       doctest::Contains("discovery output line 2"), spec_error);
+  CHECK_THROWS_WITH_AS(parse_discovery_output("a:1\na:2\n", 1u), doctest::Contains("twice"),
+                       spec_error);
+  CHECK_THROWS_WITH_AS(parse_discovery_output(std::string(2000, 'a'), 1u),
+                       doctest::Contains("longer than 1024"), spec_error);
+}
