@@ -205,27 +205,36 @@ private:
     auto mm = job_.tls ? system().openssl_manager().actor_handle()
                        : system().middleman().actor_handle();
     for (size_t i = 0; i < nodes_.size(); ++i) {
-      auto who = fmt::format("node agent {}", nodes_[i].spec.endpoint());
-      waiting_.insert(who);
-      request(mm, remaining(), caf::connect_atom::value, nodes_[i].address,
-              nodes_[i].spec.port)
-        .then(
-          [this, i, who](caf::node_id& nid, caf::strong_actor_ptr&, std::set<std::string>&) {
-            for (size_t j = 0; j < nodes_.size(); ++j)
-              if (j != i && nodes_[j].nid == nid)
-                return fail_start(fmt::format(
-                  "{} and {} are the same node agent (node id {}); list each agent once",
-                  nodes_[j].spec.endpoint(), nodes_[i].spec.endpoint(), to_string(nid)));
-            nodes_[i].nid = nid;
-            log("connected to {}", nodes_[i].spec.endpoint());
-            answered(who);
-          },
-          [this, i](caf::error& e) {
-            fail_start(fmt::format("cannot connect to node agent {} ({}): {}",
-                                   nodes_[i].spec.endpoint(), nodes_[i].address,
-                                   connect_error(e)));
-          });
+      waiting_.insert(fmt::format("node agent {}", nodes_[i].spec.endpoint()));
+      connect_node(mm, i);
     }
+  }
+
+  void connect_node(const caf::io::middleman_actor& mm, size_t i) {
+    auto who = fmt::format("node agent {}", nodes_[i].spec.endpoint());
+    request(mm, remaining(), caf::connect_atom::value, nodes_[i].address, nodes_[i].spec.port)
+      .then(
+        [this, i, who](caf::node_id& nid, caf::strong_actor_ptr&, std::set<std::string>&) {
+          for (size_t j = 0; j < nodes_.size(); ++j)
+            if (j != i && nodes_[j].nid == nid)
+              return fail_start(fmt::format(
+                "{} and {} are the same node agent (node id {}); list each agent once",
+                nodes_[j].spec.endpoint(), nodes_[i].spec.endpoint(), to_string(nid)));
+          nodes_[i].nid = nid;
+          log("connected to {}", nodes_[i].spec.endpoint());
+          answered(who);
+        },
+        [this, i, mm](caf::error& e) {
+          // A busy agent (for instance one flooded with connections) may not finish the
+          // handshake in time; try again while the start timeout allows.
+          if (e == caf::sec::connection_timeout && remaining() > std::chrono::seconds(1)
+              && !failed_) {
+            log("handshake with {} timed out; trying again", nodes_[i].spec.endpoint());
+            return connect_node(mm, i);
+          }
+          fail_start(fmt::format("cannot connect to node agent {} ({}): {}",
+                                 nodes_[i].spec.endpoint(), nodes_[i].address, connect_error(e)));
+        });
   }
 
   std::string connect_error(const caf::error& e) {

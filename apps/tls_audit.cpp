@@ -1,13 +1,20 @@
-// Logs refused TLS connections on a node agent. CAF's OpenSSL module drops peers that
-// fail the mutual-TLS handshake silently (Debian builds CAF with its logging compiled
-// out) and offers no hook, so caf-hvd exports its own SSL_accept, which the module
-// resolves to: it calls OpenSSL's and reports handshakes that fail for good.
+// Guards a node agent's TLS port. CAF's OpenSSL module drops peers that fail the
+// mutual-TLS handshake silently (Debian builds CAF with its logging compiled out), has
+// no handshake timeout (a client that connects and sends nothing holds its connection,
+// and a few hundred of them lock legitimate drivers out), and offers no hook. So
+// caf-hvd exports its own SSL_accept, which the module resolves to: it calls OpenSSL's,
+// logs handshakes that fail for good, and remembers handshakes still pending; a reaper
+// shuts down connections whose handshake has not finished after 5 s, which makes CAF's
+// next SSL_accept on them fail and the module close them.
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdio>
 #include <dlfcn.h>
+#include <map>
 #include <mutex>
+#include <thread>
 #include <netinet/in.h>
+#include <string>
 #include <sys/socket.h>
 
 #include <openssl/err.h>
@@ -37,17 +44,71 @@ bool may_log(unsigned& suppressed) {
   return true;
 }
 
+struct pending_handshake {
+  int fd;
+  std::string peer; // getpeername at first sight, to recognise the socket later
+  std::chrono::steady_clock::time_point since;
+};
+
+std::mutex pending_mtx;
+std::map<SSL*, pending_handshake> pending;
+
+std::string peer_key(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return {};
+  return std::string(reinterpret_cast<const char*>(&ss), len);
+}
+
+void reaper() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    auto now = std::chrono::steady_clock::now();
+    std::lock_guard guard{pending_mtx};
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (now - it->second.since < std::chrono::seconds(5)) {
+        ++it;
+        continue;
+      }
+      // Only if the descriptor still is that connection (CAF may have closed it).
+      if (peer_key(it->second.fd) == it->second.peer)
+        shutdown(it->second.fd, SHUT_RDWR);
+      it = pending.erase(it);
+    }
+  }
+}
+
+void track(SSL* ssl, bool done) {
+  static std::once_flag started;
+  std::call_once(started, [] { std::thread{reaper}.detach(); });
+  std::lock_guard guard{pending_mtx};
+  if (done) {
+    pending.erase(ssl);
+    return;
+  }
+  if (!pending.count(ssl)) {
+    int fd = SSL_get_fd(ssl);
+    pending.emplace(ssl, pending_handshake{fd, peer_key(fd), std::chrono::steady_clock::now()});
+  }
+}
+
 } // namespace
 
 extern "C" int SSL_accept(SSL* ssl) {
   using fn = int (*)(SSL*);
   static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_accept"));
   int rc = real(ssl);
-  if (rc > 0)
+  if (rc > 0) {
+    track(ssl, true);
     return rc;
+  }
   int err = SSL_get_error(ssl, rc);
-  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE)
+  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+    track(ssl, false);
     return rc;
+  }
+  track(ssl, true);
   char peer[INET6_ADDRSTRLEN + 8] = "unknown peer";
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);

@@ -432,6 +432,24 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         self.assertEqual(p.returncode, 0, err)
         self.assertIn("caf-hvd-allreduce: all sums correct", out)
 
+    def test_connection_flood_on_the_node_port(self):
+        # Idle TLS connections that never handshake are shut down after 5 s; a driver
+        # that meets the flood retries its handshake and gets through.
+        port = self.c.node("flooded")
+        socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(600)]
+        try:
+            rc, out, err = self.c.run(["driver", "-np", "1", "-H", self.c.spec("flooded", 1),
+                                       "--start-timeout", "30", "--", "echo", "through"],
+                                      timeout=60)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(rank_lines(out)[0], ["through"])
+            pid = self.c.nodes["flooded"][0].pid
+            wait_until(lambda: len(os.listdir(f"/proc/{pid}/fd")) < 100, 15,
+                       "the node to drop the idle connections")
+        finally:
+            for s in socks:
+                s.close()
+
     # -- bad input -----------------------------------------------------------------------
 
     def assert_fails(self, args, code, *needles):
