@@ -6,6 +6,12 @@
 // logs handshakes that fail for good, and remembers handshakes still pending; a reaper
 // shuts down connections whose handshake has not finished after 5 s, which makes CAF's
 // next SSL_accept on them fail and the module close them.
+//
+// The same wrappers (SSL_accept, SSL_connect, SSL_read, SSL_write) empty the thread's
+// OpenSSL error queue before each call, as OpenSSL requires. CAF drains the queue only
+// inside a log statement, which Debian's build compiles out, so one failed handshake
+// left an error behind and the next SSL_get_error on the same thread, for a healthy
+// connection, reported it: garbage sent to a node's port could cut the driver off.
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdio>
@@ -95,9 +101,31 @@ void track(SSL* ssl, bool done) {
 
 } // namespace
 
+extern "C" int SSL_connect(SSL* ssl) {
+  using fn = int (*)(SSL*);
+  static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_connect"));
+  ERR_clear_error();
+  return real(ssl);
+}
+
+extern "C" int SSL_read(SSL* ssl, void* buf, int num) {
+  using fn = int (*)(SSL*, void*, int);
+  static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_read"));
+  ERR_clear_error();
+  return real(ssl, buf, num);
+}
+
+extern "C" int SSL_write(SSL* ssl, const void* buf, int num) {
+  using fn = int (*)(SSL*, const void*, int);
+  static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_write"));
+  ERR_clear_error();
+  return real(ssl, buf, num);
+}
+
 extern "C" int SSL_accept(SSL* ssl) {
   using fn = int (*)(SSL*);
   static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_accept"));
+  ERR_clear_error();
   int rc = real(ssl);
   if (rc > 0) {
     track(ssl, true);

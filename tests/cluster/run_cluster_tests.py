@@ -429,7 +429,7 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         finally:
             for s in socks:
                 s.close()
-        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(p.returncode, 0, err + "\nnode hostA said:\n" + self.node_log("hostA"))
         self.assertIn("caf-hvd-allreduce: all sums correct", out)
 
     def test_connection_flood_on_the_node_port(self):
