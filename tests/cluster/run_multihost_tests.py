@@ -91,6 +91,27 @@ class MultiHostTest(unittest.TestCase):
         envs = rank_envs(out)
         self.assertEqual(envs[1]["HOROVOD_GLOO_IFACE"], h.hosts[1]["good"])
 
+    def test_torch_program_on_two_hosts_by_two_ranks(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        setup = subprocess.run([os.path.join(root, "scripts", "setup-torch.sh")],
+                               capture_output=True, text=True)
+        if setup.returncode != 0:
+            self.skipTest("Debian's python3-torch could not be installed: "
+                          + setup.stderr.strip()[-300:])
+        h = self.hosts(2)
+        rc, out, err = self.driver(h, [2, 2], ["/usr/bin/python3",
+                                               os.path.join(root, "examples",
+                                                            "torch_ddp_gloo.py")],
+                                   timeout=300)
+        self.assertEqual(rc, 0, err)
+        lines = rank_lines(out)
+        for r in range(4):
+            host = h.hosts[r // 2]
+            self.assertIn(f"rank {r}/4 (local {r % 2}, group {r // 2}, master "
+                          f"{h.hosts[0]['good_addr']}:", lines[r][0])
+            self.assertIn(f"gloo iface {host['good']})", lines[r][0])
+            self.assertIn("weights identical on all ranks", lines[r][0])
+
 
 if __name__ == "__main__":
     if WHY_NOT:
