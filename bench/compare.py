@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""caf-hvd side by side with mpirun (Open MPI) and torchrun, on this machine, in one
+invocation, launchers alternated run by run.
+
+usage: bench/compare.py [--runs N] [--build DIR]
+
+1. launch overhead: /bin/true on N = 1, 2, 4, 8 ranks. torchrun runs with --no_python
+   and Debian's required --redirects 1 --tee 2, once with its default monitor interval
+   and once with --monitor_interval 0.1 (its best case).
+2. a torch program (init_process_group("gloo") + one all_reduce, bench/torch_allreduce.py)
+   under caf-hvd and torchrun's best case.
+3. failure detection: rank 1 exits 3 after 1 s while the others sleep; time from that
+   rank's exit to the launcher's exit, and the exit code and cause each launcher reports.
+
+Needs openmpi-bin and python3-torch (scripts/setup-torch.sh)."""
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"
+
+
+def timed(cmd, env=None):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return (time.perf_counter() - t0) * 1000, r
+
+
+def summary(xs):
+    return f"{statistics.median(xs):9.1f} | {min(xs):8.1f} - {max(xs):8.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    a = ap.parse_args()
+    caf = os.path.join(a.build, "apps", "caf-hvd")
+    mpirun, torchrun = shutil.which("mpirun"), shutil.which("torchrun")
+    if not mpirun or not torchrun:
+        sys.exit("needs mpirun (apt-get install openmpi-bin) and torchrun (scripts/setup-torch.sh)")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    tr = [torchrun, "--standalone", "--redirects", "1", "--tee", "2"]
+
+    print(f"## 1. launch overhead, /bin/true, {a.runs} runs (ms: median | min - max)\n")
+    print("| launcher | N | median | min - max | vs caf-hvd |")
+    print("|---|---|---|---|---|")
+    for n in (1, 2, 4, 8):
+        configs = {
+            "caf-hvd run": [caf, "run", "-np", str(n), "--", "/bin/true"],
+            "mpirun": [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n),
+                       "/bin/true"],
+            "torchrun (default monitor)": tr + ["--nproc_per_node", str(n), "--no_python",
+                                                "/bin/true"],
+            "torchrun --monitor_interval 0.1": tr + ["--nproc_per_node", str(n),
+                                                     "--monitor_interval", "0.1", "--no_python",
+                                                     "/bin/true"],
+        }
+        res = {k: [] for k in configs}
+        for _ in range(a.runs):
+            for k, cmd in configs.items():
+                ms, r = timed(cmd, env)
+                if r.returncode != 0:
+                    sys.exit(f"{k} failed: {r.stderr[-500:]}")
+                res[k].append(ms)
+        base = statistics.median(res["caf-hvd run"])
+        for k in configs:
+            print(f"| {k} | {n} | {summary(res[k])} | "
+                  f"{statistics.median(res[k]) / base:.1f}x |", flush=True)
+
+    print(f"\n## 2. torch program: init_process_group(gloo) + one all_reduce, {a.runs} runs (ms)\n")
+    print("| launcher | N | median | min - max | torchrun / caf-hvd |")
+    print("|---|---|---|---|---|")
+    prog = os.path.join(ROOT, "bench", "torch_allreduce.py")
+    for n in (1, 2, 4, 8):
+        configs = {
+            "caf-hvd run": [caf, "run", "-np", str(n), "--", PY, prog],
+            "torchrun --monitor_interval 0.1": tr + ["--nproc_per_node", str(n),
+                                                     "--monitor_interval", "0.1", prog],
+        }
+        res = {k: [] for k in configs}
+        for _ in range(a.runs):
+            for k, cmd in configs.items():
+                ms, r = timed(cmd, env)
+                if r.returncode != 0:
+                    sys.exit(f"{k} failed: {r.stderr[-800:]}")
+                res[k].append(ms)
+        ratio = statistics.median(res["torchrun --monitor_interval 0.1"]) / statistics.median(
+            res["caf-hvd run"])
+        for k in configs:
+            print(f"| {k} | {n} | {summary(res[k])} | {ratio:.2f}x |", flush=True)
+
+    print(f"\n## 3. failure detection: rank 1 of 4 exits 3 after 1 s, {a.runs} runs\n")
+    script = ('r=${RANK:-${OMPI_COMM_WORLD_RANK:-0}}; if [ "$r" = 1 ]; then sleep 1; '
+              'echo "STAMP=$(date +%s.%N)" >&2; exit 3; fi; exec sleep 30')
+    configs = {
+        "caf-hvd run": [caf, "run", "-np", "4", "--", "sh", "-c", script],
+        "mpirun": [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "sh", "-c",
+                   script],
+        "torchrun --monitor_interval 0.1": tr + ["--nproc_per_node", "4", "--monitor_interval",
+                                                 "0.1", "--no_python", "sh", "-c", script],
+    }
+    res = {k: [] for k in configs}
+    codes, causes = {}, {}
+    for _ in range(a.runs):
+        for k, cmd in configs.items():
+            _, r = timed(cmd, env)
+            done = time.time()
+            stamp = re.search(r"STAMP=([\d.]+)", r.stderr)
+            if not stamp:
+                sys.exit(f"{k}: no stamp in {r.stderr[-500:]}")
+            res[k].append((done - float(stamp.group(1))) * 1000)
+            codes.setdefault(k, set()).add(r.returncode)
+            lines = [l for l in r.stderr.splitlines() if l.strip() and "STAMP" not in l]
+            cause = next((l for l in lines if re.search(r"fail|exit", l, re.I)),
+                         lines[-1] if lines else "")
+            causes[k] = cause.strip()[:160]
+    print("| launcher | detection to exit (ms) median | min - max | exit code | reported cause |")
+    print("|---|---|---|---|---|")
+    for k in configs:
+        xs = res[k]
+        print(f"| {k} | {statistics.median(xs):.1f} | {min(xs):.1f} - {max(xs):.1f} | "
+              f"{sorted(codes[k])} | `{causes[k]}` |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
