@@ -103,20 +103,45 @@ class Cluster:
         return p.returncode, out, err
 
     def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        reap(self.procs)
+
+
+def reap(procs):
+    """Kills every process group in `procs` that still runs, waits for all, closes pipes."""
+    for p in procs:
+        if p.poll() is None:
             try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
-            for s in (p.stdout, p.stderr):
-                if s:
-                    s.close()
-        self.procs.clear()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for s in (p.stdout, p.stderr):
+            if s:
+                s.close()
+    procs.clear()
+
+
+def run_suite(case, argv, extra_check=None):
+    """Runs the tests of `case` (those whose id contains an argument, if any), prints the
+    closing 'N passed, N failed, N skipped' line and returns the process exit code.
+    `extra_check` may return a problem found after the tests (counted as a failure)."""
+    import unittest
+    runner = unittest.TextTestRunner(verbosity=2)
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(case)
+    if argv:
+        suite = unittest.TestSuite(t for t in suite if any(a in t.id() for a in argv))
+    result = runner.run(suite)
+    failed = len(result.failures) + len(result.errors)
+    passed = result.testsRun - failed - len(result.skipped)
+    print(f"{passed} passed, {failed} failed, {len(result.skipped)} skipped")
+    problem = extra_check() if extra_check else None
+    if problem:
+        print(problem)
+        failed += 1
+    return 1 if failed else 0
 
 
 LINE = re.compile(r"^\[(\d+)\]<(stdout|stderr)>:(.*)$")

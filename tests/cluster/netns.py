@@ -11,7 +11,8 @@ import os
 import shutil
 import signal
 import subprocess
-import time
+
+from harness import reap
 
 GOOD_NAMES = ["eth0", "ens5", "enp0s3", "eno1", "eth1", "ens6", "enp1s0", "eno2"]
 DECOY_NAMES = ["dummy0", "zz-decoy", "aa-decoy", "bad0", "x0", "decoy1", "a1", "z1"]
@@ -118,21 +119,7 @@ class Hosts:
         return p.returncode, out, err
 
     def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            if p.stdout:
-                p.stdout.close()
-            if p.stderr:
-                p.stderr.close()
-        self.procs.clear()
+        reap(self.procs)
         for ns in reversed(self.namespaces):
             # Anything still running inside (started by the tests) dies with it.
             pids = sh("ip", "netns", "pids", ns, check=False).stdout.split()

@@ -15,7 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Cluster, free_port, make_cluster, pids_matching, rank_envs,  # noqa: E402
-                     rank_lines, wait_until)
+                     rank_lines, run_suite, wait_until)
 
 
 class ClusterTest(unittest.TestCase):
@@ -529,17 +529,10 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         self.assertIn("caf-hvd", out)
 
 
+def leftover_ranks():
+    left = [p for p in pids_matching("caf-hvd-exec") if p != os.getpid()]
+    return f"leftover rank processes: {left}" if left else None
+
+
 if __name__ == "__main__":
-    runner = unittest.TextTestRunner(verbosity=2)
-    suite = unittest.defaultTestLoader.loadTestsFromTestCase(ClusterTest)
-    if len(sys.argv) > 1:
-        suite = unittest.TestSuite(t for t in suite if any(a in t.id() for a in sys.argv[1:]))
-    result = runner.run(suite)
-    failed = len(result.failures) + len(result.errors)
-    passed = result.testsRun - failed - len(result.skipped)
-    print(f"{passed} passed, {failed} failed, {len(result.skipped)} skipped")
-    leftovers = [p for p in pids_matching("caf-hvd-exec") if p != os.getpid()]
-    if leftovers:
-        print(f"leftover rank processes: {leftovers}")
-        failed += 1
-    sys.exit(1 if failed else 0)
+    sys.exit(run_suite(ClusterTest, sys.argv[1:], leftover_ranks))

@@ -10,7 +10,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import rank_envs, rank_lines  # noqa: E402
+from harness import rank_envs, rank_lines, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -113,19 +113,12 @@ class MultiHostTest(unittest.TestCase):
             self.assertIn("weights identical on all ranks", lines[r][0])
 
 
+def leftover_namespaces():
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return f"namespaces left behind: {left}" if not WHY_NOT and "chv" in left else None
+
+
 if __name__ == "__main__":
     if WHY_NOT:
         print(f"multi-host tests skipped: {WHY_NOT}")
-    runner = unittest.TextTestRunner(verbosity=2)
-    suite = unittest.defaultTestLoader.loadTestsFromTestCase(MultiHostTest)
-    if len(sys.argv) > 1:
-        suite = unittest.TestSuite(t for t in suite if any(a in t.id() for a in sys.argv[1:]))
-    result = runner.run(suite)
-    failed = len(result.failures) + len(result.errors)
-    passed = result.testsRun - failed - len(result.skipped)
-    print(f"{passed} passed, {failed} failed, {len(result.skipped)} skipped")
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    if not WHY_NOT and "chv" in left:
-        print(f"namespaces left behind: {left}")
-        failed += 1
-    sys.exit(1 if failed else 0)
+    sys.exit(run_suite(MultiHostTest, sys.argv[1:], leftover_namespaces))
