@@ -519,20 +519,26 @@ private:
 
   // -- launch --------------------------------------------------------------------------
 
+  // MASTER_PORT: by default the port of a torch store that rank 0's colocator serves
+  // (as torchrun's agent does); with --free-master-port just a port free on that host.
   void enter_launch() {
     enter(phase::launch);
     auto& n0 = nodes_[ranks_[0].node];
-    waiting_.insert("free port on rank 0's host");
-    request(n0.colocator, remaining(), port_atom::value)
-      .then(
-        [this](int32_t port) {
-          if (port <= 0)
-            return fail_start("rank 0's host found no free port for MASTER_PORT");
-          master_port_ = port;
-          launch_all();
-          answered("free port on rank 0's host");
-        },
-        [this](caf::error& e) { fail_start("free port on rank 0's host: " + describe(e)); });
+    auto who = std::string{"MASTER_PORT on rank 0's host"};
+    waiting_.insert(who);
+    auto on_port = [this, who](int32_t port) {
+      if (port <= 0)
+        return fail_start("rank 0's host found no free port for MASTER_PORT");
+      master_port_ = port;
+      launch_all();
+      answered(who);
+    };
+    auto on_error = [this, who](caf::error& e) { fail_start(who + ": " + describe(e)); };
+    if (job_.torch_store)
+      request(n0.colocator, remaining(), tstore_atom::value, n0.reach_address)
+        .then(on_port, on_error);
+    else
+      request(n0.colocator, remaining(), port_atom::value).then(on_port, on_error);
   }
 
   void open_output_files(int r) {
@@ -566,6 +572,7 @@ private:
       in.hostname = re.hostname;
       in.master_addr = master.reach_address;
       in.master_port = master_port_;
+      in.agent_store = job_.torch_store;
       in.nccl_ifaces = nics_[n.info.name];
       in.iface = in.nccl_ifaces.empty() ? std::string{} : in.nccl_ifaces.front();
       in.rendezvous_addr = rendezvous_addr_;

@@ -28,6 +28,7 @@ struct job_config {
   std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
+  bool torch_store = true; // serve torch's store at MASTER_PORT (false: a free port)
 };
 
 /// Filled in by the driver before it quits.

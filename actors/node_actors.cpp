@@ -90,6 +90,16 @@ colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_act
       self->state.probes.erase(it);
     },
     [=](port_atom) -> int32_t { return find_free_port(); },
+    [=](tstore_atom, const std::string& bind) -> caf::result<int32_t> {
+      try {
+        auto& st = self->state;
+        if (!st.torch_store)
+          st.torch_store = std::make_unique<torch_store_server>(bind, uint16_t{0});
+        return static_cast<int32_t>(st.torch_store->port());
+      } catch (const std::exception& e) {
+        return caf::make_error(caf::sec::runtime_error, e.what());
+      }
+    },
     [=](enlist_atom, worker_actor w) {
       self->monitor(w);
       self->state.workers.push_back(std::move(w));

@@ -35,6 +35,7 @@ using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using rendezvous_atom = caf::atom_constant<caf::atom("rendezvous")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
+using tstore_atom = caf::atom_constant<caf::atom("tstore")>;
 using probed_atom = caf::atom_constant<caf::atom("probed")>;
 constexpr hostname_atom hostname_atom_v{};
 constexpr node_atom node_atom_v{};
@@ -52,6 +53,7 @@ constexpr deadline_atom deadline_atom_v{};
 constexpr shutdown_atom shutdown_atom_v{};
 constexpr rendezvous_atom rendezvous_atom_v{};
 constexpr probe_atom probe_atom_v{};
+constexpr tstore_atom tstore_atom_v{};
 constexpr probed_atom probed_atom_v{};
 
 // -- messages ------------------------------------------------------------------------
@@ -173,6 +175,8 @@ using worker_actor = caf::typed_actor<
 using colocator_actor = caf::typed_actor<
   caf::replies_to<node_atom>::with<node_info>,
   caf::replies_to<port_atom>::with<int32_t>,
+  // start the job's torch TCPStore server on this address; answers its port
+  caf::replies_to<tstore_atom, std::string>::with<int32_t>,
   // probe the targets from these local interfaces (all non-loopback ones if empty)
   caf::replies_to<probe_atom, std::vector<probe_target>, std::vector<std::string>>::with<
     std::vector<probe_result>>,

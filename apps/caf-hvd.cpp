@@ -299,7 +299,10 @@ struct job_options {
       "env", po::value(&env)->composing(), "KEY=VALUE added to every rank (repeatable)")(
       "network-interface", po::value(&nics),
       "NAME[,NAME...]: use only these interfaces between hosts")(
-      "verbose", "print each phase of the job with timings");
+      "verbose", "print each phase of the job with timings")(
+      "free-master-port",
+      "MASTER_PORT is only a free port (default: caf-hvd serves torch's store there, as "
+      "torchrun does)");
     if (with_hosts)
       desc.add_options()("hosts,H", po::value(&hosts),
                          "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
@@ -334,6 +337,7 @@ int run_job(int argc, char** argv, bool embedded) {
   job_config job;
   job.embedded = embedded;
   job.verbose = vm.count("verbose") > 0;
+  job.torch_store = vm.count("free-master-port") == 0;
   if (o.command.empty())
     throw usage_error("no command given: put it after '--', e.g. caf-hvd run -np 2 -- hostname");
   if (o.np < 1)

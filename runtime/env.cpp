@@ -100,6 +100,11 @@ std::vector<std::string> build_rank_env(const rank_env_input& in) {
   env["GROUP_RANK"] = s(in.group_rank);
   env["MASTER_ADDR"] = in.master_addr;
   env["MASTER_PORT"] = s(in.master_port);
+  if (in.agent_store) {
+    // As under torchrun: env:// makes every rank a client of the store at MASTER_PORT.
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    env["TORCHELASTIC_RESTART_COUNT"] = "0";
+  }
   std::vector<std::string> out;
   out.reserve(env.size());
   for (auto& [k, v] : env)

@@ -21,6 +21,7 @@ struct rank_env_input {
   std::vector<std::string> nccl_ifaces; // usable interfaces of this host, in order
   std::string rendezvous_addr;  // HOROVOD_GLOO_RENDEZVOUS_ADDR ("" until the server exists)
   int rendezvous_port = 0;
+  bool agent_store = false;       // MASTER_PORT is served by the launcher's torch store
   std::vector<std::string> base;  // inherited KEY=VALUE pairs (the driver's environment)
   std::vector<std::string> extra; // the user's --env KEY=VALUE pairs
 };
