@@ -71,3 +71,14 @@ TEST_CASE("forwarded environment drops per-shell state") {
   auto fwd = forwardable_environment(const_cast<char**>(vars));
   CHECK(fwd == std::vector<std::string>{"PATH=/bin", "HOME=/root"});
 }
+
+TEST_CASE("with the launcher's torch store, env:// ranks are all clients of it") {
+  rank_env_input in;
+  in.master_port = 29400;
+  CHECK_FALSE(env_lookup(build_rank_env(in), "TORCHELASTIC_USE_AGENT_STORE"));
+  in.agent_store = true;
+  auto env = build_rank_env(in);
+  CHECK(env_lookup(env, "TORCHELASTIC_USE_AGENT_STORE") == "True");
+  CHECK(env_lookup(env, "TORCHELASTIC_RESTART_COUNT") == "0");
+  CHECK(env_lookup(env, "MASTER_PORT") == "29400");
+}

@@ -89,7 +89,8 @@ TEST_CASE("torch store: add, set, get, check and a wait that ends when the key i
   client a{srv.port()}, b{srv.port()};
   CHECK(a.add("init/", 1) == 1);
   CHECK(b.add("init/", 1) == 2);
-  a.set("k", std::string("v\0w", 3));
+  a.set("k", std::string("v\0w", 3)); // SET has no answer; torch's get() waits first
+  CHECK(b.keys_query('\x05', "k") == std::string(1, '\x00'));
   CHECK(b.get("k") == std::string("v\0w", 3));
   CHECK(b.keys_query('\x04', "k") == std::string(1, '\x00'));       // READY
   CHECK(b.keys_query('\x04', "missing") == std::string(1, '\x01')); // NOT_READY
@@ -99,7 +100,7 @@ TEST_CASE("torch store: add, set, get, check and a wait that ends when the key i
   a.set("late", "x");
   t.join();
   CHECK(waited == std::string(1, '\x00')); // STOP_WAITING
-  CHECK(a.get("late") == "x");
+  CHECK(a.get("late") == "x"); // same connection: in order after its SET
 }
 
 TEST_CASE("torch store: garbage ends that connection only") {
