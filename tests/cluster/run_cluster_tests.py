@@ -365,6 +365,22 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         self.assertIn("refused", log)
         self.assertIn("wrong version number", log)
 
+    def test_insecure_on_both_sides_works_with_a_warning(self):
+        p = self.c.start(["node", "--port", "0", "--name", "open", "--bind", "127.0.0.1",
+                          "--insecure"])
+        line = p.stdout.readline()
+        self.assertIn("(INSECURE)", line)
+        port = int(re.search(r":(\d+) \(", line).group(1))
+        rc, out, err = self.c.run(["driver", "--insecure", "-np", "1", "-H",
+                                   f"127.0.0.1:{port}:1", "--", "echo", "plain"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("WARNING: --insecure", err)
+        self.assertEqual(rank_lines(out)[0], ["plain"])
+        # A driver of the cluster refuses to talk to an agent without TLS.
+        rc, _, err = self.c.run(["driver", "-np", "1", "-H", f"127.0.0.1:{port}:1", "--",
+                                 "true"])
+        self.assertEqual(rc, 1, err)
+
     def test_node_listens_on_one_port_only(self):
         port = self.c.node("single")
         pid = self.c.nodes["single"][0].pid
