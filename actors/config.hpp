@@ -15,10 +15,10 @@ namespace cafhvd {
 
 /// What node-side actors need to know about the agent that hosts them.
 struct node_settings {
-  std::string name;           // the node's identity in jobs
-  uint32_t slots = 0;         // 0 = not limited
-  std::string shim;           // path of caf-hvd-exec
-  caf::actor guardian;        // every colocator links to it; stopping it ends all jobs
+  std::string name;    // the node's identity in jobs
+  uint32_t slots = 0;  // 0 = not limited
+  std::string shim;    // path of caf-hvd-exec
+  caf::actor guardian; // every colocator links to it; stopping it ends all jobs
 };
 
 /// Liveness of the links between driver and node agents; both ends must send heartbeats

@@ -37,7 +37,16 @@ namespace cafhvd {
 
 namespace {
 
-enum class phase : uint32_t { connect, place, register_ranks, rendezvous, nic, launch, run, teardown };
+enum class phase : uint32_t {
+  connect,
+  place,
+  register_ranks,
+  rendezvous,
+  nic,
+  launch,
+  run,
+  teardown
+};
 
 const char* phase_name(phase p) {
   static const char* names[] = {"connect", "place",  "register", "rendezvous",
@@ -62,9 +71,9 @@ void write_all(int fd, const std::string& s) {
 
 struct node_entry {
   host_spec spec;
-  std::string address;     // IPv4 the driver reaches the agent at
-  std::vector<int> ranks;  // ranks placed on this node, ascending
-  caf::node_id nid;        // remote nodes only
+  std::string address;    // IPv4 the driver reaches the agent at
+  std::vector<int> ranks; // ranks placed on this node, ascending
+  caf::node_id nid;       // remote nodes only
   colocator_actor colocator;
   node_info info;
   bool lost = false;
@@ -91,8 +100,7 @@ struct rank_entry {
 class driver_impl : public driver_full_actor::base {
 public:
   driver_impl(caf::actor_config& cfg, job_config job, std::shared_ptr<job_result> result)
-    : driver_full_actor::base(cfg), job_(std::move(job)), result_(std::move(result)) {
-  }
+      : driver_full_actor::base(cfg), job_(std::move(job)), result_(std::move(result)) {}
 
   behavior_type make_behavior() override {
     started_ = std::chrono::steady_clock::now();
@@ -107,13 +115,13 @@ public:
     if (!failed_)
       enter_connect();
     return {
-      [this](output_atom, output_batch& b) -> caf::ok_atom {
-        print_output(b);
-        return caf::ok_atom::value;
-      },
-      [this](exited_atom, rank_exit& ex) { on_exit(ex); },
-      [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
-      [this](deadline_atom, uint32_t which) { on_deadline(which); },
+        [this](output_atom, output_batch& b) -> caf::ok_atom {
+          print_output(b);
+          return caf::ok_atom::value;
+        },
+        [this](exited_atom, rank_exit& ex) { on_exit(ex); },
+        [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
+        [this](deadline_atom, uint32_t which) { on_deadline(which); },
     };
   }
 
@@ -122,12 +130,11 @@ private:
 
   long elapsed_ms() const {
     return static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::steady_clock::now() - started_)
-                               .count());
+                                 std::chrono::steady_clock::now() - started_)
+                                 .count());
   }
 
-  template <class... Ts>
-  void log(fmt::format_string<Ts...> f, Ts&&... xs) {
+  template <class... Ts> void log(fmt::format_string<Ts...> f, Ts&&... xs) {
     if (job_.verbose)
       write_all(2, fmt::format("caf-hvd [{:>5} ms] {}: {}\n", elapsed_ms(), phase_name(phase_),
                                fmt::format(f, std::forward<Ts>(xs)...)));
@@ -155,13 +162,26 @@ private:
 
   void next_phase() {
     switch (phase_) {
-      case phase::connect: enter_place(); break;
-      case phase::place: enter_register(); break;
-      case phase::register_ranks: enter_rendezvous(); break;
-      case phase::rendezvous: enter_nic(); break;
-      case phase::nic: enter_launch(); break;
-      case phase::launch: enter_run(); break;
-      default: break;
+    case phase::connect:
+      enter_place();
+      break;
+    case phase::place:
+      enter_register();
+      break;
+    case phase::register_ranks:
+      enter_rendezvous();
+      break;
+    case phase::rendezvous:
+      enter_nic();
+      break;
+    case phase::nic:
+      enter_launch();
+      break;
+    case phase::launch:
+      enter_run();
+      break;
+    default:
+      break;
     }
   }
 
@@ -202,8 +222,8 @@ private:
       return next_phase();
     // Through the OpenSSL module, the connection is mutual TLS; remote spawns then use
     // that connection (one BASP broker serves both).
-    auto mm = job_.tls ? system().openssl_manager().actor_handle()
-                       : system().middleman().actor_handle();
+    auto mm =
+        job_.tls ? system().openssl_manager().actor_handle() : system().middleman().actor_handle();
     for (size_t i = 0; i < nodes_.size(); ++i) {
       waiting_.insert(fmt::format("node agent {}", nodes_[i].spec.endpoint()));
       connect_node(mm, i);
@@ -213,28 +233,29 @@ private:
   void connect_node(const caf::io::middleman_actor& mm, size_t i) {
     auto who = fmt::format("node agent {}", nodes_[i].spec.endpoint());
     request(mm, remaining(), caf::connect_atom::value, nodes_[i].address, nodes_[i].spec.port)
-      .then(
-        [this, i, who](caf::node_id& nid, caf::strong_actor_ptr&, std::set<std::string>&) {
-          for (size_t j = 0; j < nodes_.size(); ++j)
-            if (j != i && nodes_[j].nid == nid)
-              return fail_start(fmt::format(
-                "{} and {} are the same node agent (node id {}); list each agent once",
-                nodes_[j].spec.endpoint(), nodes_[i].spec.endpoint(), to_string(nid)));
-          nodes_[i].nid = nid;
-          log("connected to {}", nodes_[i].spec.endpoint());
-          answered(who);
-        },
-        [this, i, mm](caf::error& e) {
-          // A busy agent (for instance one flooded with connections) may not finish the
-          // handshake in time; try again while the start timeout allows.
-          if (e == caf::sec::connection_timeout && remaining() > std::chrono::seconds(1)
-              && !failed_) {
-            log("handshake with {} timed out; trying again", nodes_[i].spec.endpoint());
-            return connect_node(mm, i);
-          }
-          fail_start(fmt::format("cannot connect to node agent {} ({}): {}",
-                                 nodes_[i].spec.endpoint(), nodes_[i].address, connect_error(e)));
-        });
+        .then(
+            [this, i, who](caf::node_id& nid, caf::strong_actor_ptr&, std::set<std::string>&) {
+              for (size_t j = 0; j < nodes_.size(); ++j)
+                if (j != i && nodes_[j].nid == nid)
+                  return fail_start(fmt::format(
+                      "{} and {} are the same node agent (node id {}); list each agent once",
+                      nodes_[j].spec.endpoint(), nodes_[i].spec.endpoint(), to_string(nid)));
+              nodes_[i].nid = nid;
+              log("connected to {}", nodes_[i].spec.endpoint());
+              answered(who);
+            },
+            [this, i, mm](caf::error& e) {
+              // A busy agent (for instance one flooded with connections) may not finish the
+              // handshake in time; try again while the start timeout allows.
+              if (e == caf::sec::connection_timeout && remaining() > std::chrono::seconds(1)
+                  && !failed_) {
+                log("handshake with {} timed out; trying again", nodes_[i].spec.endpoint());
+                return connect_node(mm, i);
+              }
+              fail_start(fmt::format("cannot connect to node agent {} ({}): {}",
+                                     nodes_[i].spec.endpoint(), nodes_[i].address,
+                                     connect_error(e)));
+            });
   }
 
   std::string connect_error(const caf::error& e) {
@@ -264,17 +285,17 @@ private:
     auto mm = system().middleman().actor_handle();
     request(mm, remaining(), caf::spawn_atom::value, nodes_[node].nid, std::string{type},
             std::move(args), system().message_types<Handle>())
-      .then(
-        [this, who, on_spawned](caf::strong_actor_ptr& p) {
-          auto hdl = caf::actor_cast<Handle>(std::move(p));
-          if (!hdl)
-            return fail_start(fmt::format("{}: remote spawn returned no actor", who));
-          on_spawned(hdl);
-          answered(who);
-        },
-        [this, who](caf::error& e) {
-          fail_start(fmt::format("cannot start {}: {}", who, describe(e)));
-        });
+        .then(
+            [this, who, on_spawned](caf::strong_actor_ptr& p) {
+              auto hdl = caf::actor_cast<Handle>(std::move(p));
+              if (!hdl)
+                return fail_start(fmt::format("{}: remote spawn returned no actor", who));
+              on_spawned(hdl);
+              answered(who);
+            },
+            [this, who](caf::error& e) {
+              fail_start(fmt::format("cannot start {}: {}", who, describe(e)));
+            });
   }
 
   void enter_place() {
@@ -294,8 +315,7 @@ private:
       } else {
         spawn_on<colocator_actor>(i, colocator_type_name,
                                   fmt::format("colocator on {}", nodes_[i].spec.endpoint()),
-                                  caf::make_message(self_hdl, job_id_, grace),
-                                  with_colocator);
+                                  caf::make_message(self_hdl, job_id_, grace), with_colocator);
       }
     }
   }
@@ -304,24 +324,24 @@ private:
     auto who = fmt::format("node info of {}", nodes_[i].spec.endpoint());
     waiting_.insert(who);
     request(nodes_[i].colocator, remaining(), node_atom::value)
-      .then(
-        [this, i, who](node_info& info) {
-          auto& n = nodes_[i];
-          n.info = std::move(info);
-          if (n.info.slots != 0 && n.ranks.size() > n.info.slots)
-            return fail_start(fmt::format("node {} offers {} slots but the job places {} ranks "
-                                          "there",
-                                          n.label(), n.info.slots, n.ranks.size()));
-          for (size_t j = 0; j < nodes_.size(); ++j)
-            if (j != i && nodes_[j].info.name == n.info.name)
-              return fail_start(fmt::format(
-                "node agents {} and {} both call themselves '{}'; give each agent a distinct "
-                "--name",
-                nodes_[j].spec.endpoint(), n.spec.endpoint(), n.info.name));
-          spawn_workers(i);
-          answered(who);
-        },
-        [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
+        .then(
+            [this, i, who](node_info& info) {
+              auto& n = nodes_[i];
+              n.info = std::move(info);
+              if (n.info.slots != 0 && n.ranks.size() > n.info.slots)
+                return fail_start(fmt::format("node {} offers {} slots but the job places {} ranks "
+                                              "there",
+                                              n.label(), n.info.slots, n.ranks.size()));
+              for (size_t j = 0; j < nodes_.size(); ++j)
+                if (j != i && nodes_[j].info.name == n.info.name)
+                  return fail_start(fmt::format(
+                      "node agents {} and {} both call themselves '{}'; give each agent a distinct "
+                      "--name",
+                      nodes_[j].spec.endpoint(), n.spec.endpoint(), n.info.name));
+              spawn_workers(i);
+              answered(who);
+            },
+            [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
   }
 
   void spawn_workers(size_t i) {
@@ -335,10 +355,9 @@ private:
       if (job_.embedded) {
         with_worker(spawn(worker_fn, n.colocator, self_hdl, static_cast<uint32_t>(r)));
       } else {
-        spawn_on<worker_actor>(i, worker_type_name,
-                               fmt::format("worker of rank {} on {}", r, n.spec.endpoint()),
-                               caf::make_message(n.colocator, self_hdl, static_cast<uint32_t>(r)),
-                               with_worker);
+        spawn_on<worker_actor>(
+            i, worker_type_name, fmt::format("worker of rank {} on {}", r, n.spec.endpoint()),
+            caf::make_message(n.colocator, self_hdl, static_cast<uint32_t>(r)), with_worker);
       }
     }
   }
@@ -351,14 +370,14 @@ private:
       auto who = fmt::format("rank {} on {}", r, nodes_[ranks_[r].node].label());
       waiting_.insert(who);
       request(ranks_[r].worker, remaining(), hostname_atom::value)
-        .then(
-          [this, r, who](std::string& host) {
-            ranks_[r].hostname = std::move(host);
-            waiting_.erase(who);
-            if (waiting_.empty())
-              register_all();
-          },
-          [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
+          .then(
+              [this, r, who](std::string& host) {
+                ranks_[r].hostname = std::move(host);
+                waiting_.erase(who);
+                if (waiting_.empty())
+                  register_all();
+              },
+              [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
     }
   }
 
@@ -370,18 +389,19 @@ private:
       auto key = job_.embedded ? std::string{"local"} : to_string(n.nid);
       request(coordinator_, remaining(), register_atom::value, ranks_[r].hostname, key,
               static_cast<uint32_t>(r))
-        .then([](caf::ok_atom) {},
-              [this](caf::error& e) { fail_start("registration: " + describe(e)); });
+          .then([](caf::ok_atom) {},
+                [this](caf::error& e) { fail_start("registration: " + describe(e)); });
     }
     request(coordinator_, remaining(), finalize_atom::value)
-      .then(
-        [this](std::vector<rank_info>& infos) {
-          for (auto& i : infos)
-            ranks_[i.rank].info = i;
-          log("local/cross ranks computed for {} ranks on {} hosts", infos.size(), nodes_.size());
-          answered("coordinator");
-        },
-        [this](caf::error& e) { fail_start("rank registration: " + describe(e)); });
+        .then(
+            [this](std::vector<rank_info>& infos) {
+              for (auto& i : infos)
+                ranks_[i.rank].info = i;
+              log("local/cross ranks computed for {} ranks on {} hosts", infos.size(),
+                  nodes_.size());
+              answered("coordinator");
+            },
+            [this](caf::error& e) { fail_start("rank registration: " + describe(e)); });
   }
 
   // -- rendezvous ------------------------------------------------------------------------
@@ -396,18 +416,18 @@ private:
     } else if (auto a = local_address_towards(first)) {
       rendezvous_addr_ = *a;
     } else {
-      return fail_start(fmt::format("no local address routes to node {} ({})",
-                                    nodes_.front().label(), first));
+      return fail_start(
+          fmt::format("no local address routes to node {} ({})", nodes_.front().label(), first));
     }
     waiting_.insert("rendezvous server");
     request(coordinator_, remaining(), rendezvous_atom::value, rendezvous_addr_)
-      .then(
-        [this](uint16_t port) {
-          rendezvous_port_ = port;
-          log("rendezvous server on {}:{}", rendezvous_addr_, port);
-          answered("rendezvous server");
-        },
-        [this](caf::error& e) { fail_start("rendezvous server: " + describe(e)); });
+        .then(
+            [this](uint16_t port) {
+              rendezvous_port_ = port;
+              log("rendezvous server on {}:{}", rendezvous_addr_, port);
+              answered("rendezvous server");
+            },
+            [this](caf::error& e) { fail_start("rendezvous server: " + describe(e)); });
   }
 
   // -- nic ---------------------------------------------------------------------------
@@ -424,9 +444,9 @@ private:
         if (is_loopback_address(n.address))
           lo_nodes += (lo_nodes.empty() ? "" : ", ") + n.label();
       return fail_start(fmt::format(
-        "nodes {} were reached at a loopback address, which the job's other hosts cannot "
-        "reach; name them by an address of the shared network",
-        lo_nodes));
+          "nodes {} were reached at a loopback address, which the job's other hosts cannot "
+          "reach; name them by an address of the shared network",
+          lo_nodes));
     }
     if (loopback != 0) {
       // Every node is on this machine: loopback serves (and --network-interface, if
@@ -435,11 +455,11 @@ private:
         auto lo = loopback_name(n.info);
         if (!job_.network_interfaces.empty()
             && std::find(job_.network_interfaces.begin(), job_.network_interfaces.end(), lo)
-                 == job_.network_interfaces.end())
+                   == job_.network_interfaces.end())
           return fail_start(fmt::format(
-            "--network-interface: every node of this job is on this machine and talks over {}, "
-            "which is not among the named interfaces",
-            lo));
+              "--network-interface: every node of this job is on this machine and talks over {}, "
+              "which is not among the named interfaces",
+              lo));
         n.reach_address = "127.0.0.1";
         nics_[n.info.name] = {lo};
       }
@@ -483,30 +503,30 @@ private:
       waiting_.insert(who);
       request(nodes_[i].colocator, remaining(), probe_atom::value, std::move(targets),
               job_.network_interfaces)
-        .then(
-          [this, i, who, results, hosts](std::vector<probe_result>& r) {
-            for (auto& p : r)
-              log("probe {} {} -> {} {}: {}", nodes_[i].info.name, p.iface, p.host, p.address,
-                  p.ok ? "ok" : p.error);
-            (*results)[i] = std::move(r);
-            if (waiting_.size() == 1 && waiting_.count(who)) {
-              try {
-                for (auto& c : choose_interfaces(hosts, *results, job_.network_interfaces)) {
-                  nics_[c.host] = c.usable;
+          .then(
+              [this, i, who, results, hosts](std::vector<probe_result>& r) {
+                for (auto& p : r)
+                  log("probe {} {} -> {} {}: {}", nodes_[i].info.name, p.iface, p.host, p.address,
+                      p.ok ? "ok" : p.error);
+                (*results)[i] = std::move(r);
+                if (waiting_.size() == 1 && waiting_.count(who)) {
+                  try {
+                    for (auto& c : choose_interfaces(hosts, *results, job_.network_interfaces)) {
+                      nics_[c.host] = c.usable;
+                      for (auto& n : nodes_)
+                        if (n.info.name == c.host)
+                          n.reach_address = c.address;
+                    }
+                  } catch (const std::exception& e) {
+                    return fail_start(e.what());
+                  }
                   for (auto& n : nodes_)
-                    if (n.info.name == c.host)
-                      n.reach_address = c.address;
+                    log("{} uses {} (usable: {}), reached at {}", n.label(), nics_[n.info.name][0],
+                        fmt::join(nics_[n.info.name], ","), n.reach_address);
                 }
-              } catch (const std::exception& e) {
-                return fail_start(e.what());
-              }
-              for (auto& n : nodes_)
-                log("{} uses {} (usable: {}), reached at {}", n.label(), nics_[n.info.name][0],
-                    fmt::join(nics_[n.info.name], ","), n.reach_address);
-            }
-            answered(who);
-          },
-          [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
+                answered(who);
+              },
+              [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
     }
   }
 
@@ -536,7 +556,7 @@ private:
     auto on_error = [this, who](caf::error& e) { fail_start(who + ": " + describe(e)); };
     if (job_.torch_store)
       request(n0.colocator, remaining(), tstore_atom::value, n0.reach_address)
-        .then(on_port, on_error);
+          .then(on_port, on_error);
     else
       request(n0.colocator, remaining(), port_atom::value).then(on_port, on_error);
   }
@@ -549,8 +569,8 @@ private:
       auto path = fmt::format("{}/{}", dir, names[s]);
       ranks_[r].out_fd[s] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (ranks_[r].out_fd[s] < 0)
-        write_all(2, fmt::format("caf-hvd: warning: cannot write {}: {}\n", path,
-                                 std::strerror(errno)));
+        write_all(
+            2, fmt::format("caf-hvd: warning: cannot write {}: {}\n", path, std::strerror(errno)));
     }
   }
 
@@ -584,12 +604,12 @@ private:
       auto who = fmt::format("launch of rank {} on {}", r, n.label());
       waiting_.insert(who);
       request(re.worker, remaining(), launch_atom::value, std::move(spec))
-        .then(
-          [this, r, who](int32_t pid) {
-            log("rank {} started (pid {})", r, pid);
-            answered(who);
-          },
-          [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
+          .then(
+              [this, r, who](int32_t pid) {
+                log("rank {} started (pid {})", r, pid);
+                answered(who);
+              },
+              [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
     }
   }
 
@@ -638,10 +658,10 @@ private:
     if (st.launcher_code() != 0 && !failure_ && !interrupted_ && phase_ != phase::teardown) {
       failure_ = fmt::format("rank {} on host {} failed first: {}", ex.rank, host, st.describe());
       failure_code_ = st.launcher_code();
-      write_all(2, fmt::format("caf-hvd: rank {} on host {} {} {}{}\n", ex.rank, host,
-                               st.exec_error.empty() ? "ended with" : "could not start:",
-                               st.describe(),
-                               ranks_.size() > 1 ? "; stopping the other ranks" : ""));
+      write_all(
+          2, fmt::format("caf-hvd: rank {} on host {} {} {}{}\n", ex.rank, host,
+                         st.exec_error.empty() ? "ended with" : "could not start:", st.describe(),
+                         ranks_.size() > 1 ? "; stopping the other ranks" : ""));
       begin_teardown();
     }
     maybe_finish();
@@ -674,10 +694,10 @@ private:
       for (int r : n.ranks)
         pending = pending || !ranks_[r].exited;
       auto why = dm.reason == caf::exit_reason::remote_link_unreachable
-                   ? std::string{"connection lost (agent dead, hung or unreachable)"}
+                     ? std::string{"connection lost (agent dead, hung or unreachable)"}
                  : dm.reason == caf::exit_reason::user_shutdown
-                   ? std::string{"the node agent was shut down"}
-                   : describe(dm.reason);
+                     ? std::string{"the node agent was shut down"}
+                     : describe(dm.reason);
       if (phase_ < phase::launch)
         return fail_start(fmt::format("lost node agent {}: {}", n.label(), why));
       if (!pending)

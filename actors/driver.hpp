@@ -24,10 +24,10 @@ struct job_config {
   std::string cwd;
   std::chrono::milliseconds start_timeout{30000};
   std::chrono::milliseconds kill_grace{5000};
-  std::string output_dir; // --output-filename
+  std::string output_dir;                      // --output-filename
   std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
-  bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
+  bool tls = true;         // connect to node agents through mutual TLS (false: --insecure)
   bool torch_store = true; // serve torch's store at MASTER_PORT (false: a free port)
 };
 

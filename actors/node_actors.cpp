@@ -14,9 +14,9 @@
 
 namespace cafhvd {
 
-colocator_actor::behavior_type
-colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_actor driver,
-             std::string job, int32_t grace_ms) {
+colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<colocator_state> self,
+                                            driver_actor driver, std::string job,
+                                            int32_t grace_ms) {
   self->state.driver = driver;
   auto& node = settings_of(self->system());
   if (node.guardian)
@@ -46,75 +46,79 @@ colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_act
       self->quit(caf::exit_reason::user_shutdown);
   });
   return {
-    [=](node_atom) -> node_info {
-      auto& n = settings_of(self->system());
-      char host[256] = {};
-      gethostname(host, sizeof(host) - 1);
-      auto& st = self->state;
-      if (!st.responder) {
-        try {
-          st.responder = std::make_unique<probe_responder>(n.name);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "caf-hvd node '%s': %s\n", n.name.c_str(), e.what());
-        }
-      }
-      return node_info{n.name, host, static_cast<int32_t>(getpid()), n.slots, list_interfaces(),
-                       st.responder ? st.responder->port() : uint16_t{0}};
-    },
-    // Probing blocks for up to a timeout: it runs on a thread of its own and reports
-    // back with probed_atom.
-    [=](probe_atom, std::vector<probe_target>& targets,
-        std::vector<std::string>& wanted) -> caf::result<std::vector<probe_result>> {
-      auto& n = settings_of(self->system());
-      std::vector<interface_addr> local;
-      try {
-        local = candidate_interfaces(host_interfaces{n.name, list_interfaces()}, wanted);
-      } catch (const std::exception& e) {
-        return caf::make_error(caf::sec::invalid_argument, e.what());
-      }
-      auto id = self->state.next_probe++;
-      auto rp = self->make_response_promise<std::vector<probe_result>>();
-      self->state.probes.emplace(id, rp);
-      auto hdl = caf::actor_cast<colocator_actor>(self);
-      std::thread{[hdl, id, local = std::move(local), targets = std::move(targets)] {
-        caf::anon_send(hdl, probed_atom::value, id,
-                       probe_peers(local, targets, std::chrono::milliseconds(2000)));
-      }}.detach();
-      return rp;
-    },
-    [=](probed_atom, uint64_t id, std::vector<probe_result>& results) {
-      auto it = self->state.probes.find(id);
-      if (it == self->state.probes.end())
-        return;
-      it->second.deliver(std::move(results));
-      self->state.probes.erase(it);
-    },
-    [=](port_atom) -> int32_t { return find_free_port(); },
-    [=](tstore_atom, const std::string& bind) -> caf::result<int32_t> {
-      try {
+      [=](node_atom) -> node_info {
+        auto& n = settings_of(self->system());
+        char host[256] = {};
+        gethostname(host, sizeof(host) - 1);
         auto& st = self->state;
-        if (!st.torch_store)
-          st.torch_store = std::make_unique<torch_store_server>(bind, uint16_t{0});
-        return static_cast<int32_t>(st.torch_store->port());
-      } catch (const std::exception& e) {
-        return caf::make_error(caf::sec::runtime_error, e.what());
-      }
-    },
-    [=](enlist_atom, worker_actor w) {
-      self->monitor(w);
-      self->state.workers.push_back(std::move(w));
-    },
-    [=](terminate_atom, int32_t grace) {
-      for (auto& w : self->state.workers)
-        self->send(w, terminate_atom::value, int32_t{SIGTERM});
-      self->delayed_send(self, std::chrono::milliseconds(grace), kill_atom::value);
-    },
-    [=](kill_atom) {
-      for (auto& w : self->state.workers)
-        self->send(w, terminate_atom::value, int32_t{SIGKILL});
-      if (self->state.driver_gone)
-        self->quit(caf::exit_reason::user_shutdown);
-    },
+        if (!st.responder) {
+          try {
+            st.responder = std::make_unique<probe_responder>(n.name);
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "caf-hvd node '%s': %s\n", n.name.c_str(), e.what());
+          }
+        }
+        return node_info{n.name,
+                         host,
+                         static_cast<int32_t>(getpid()),
+                         n.slots,
+                         list_interfaces(),
+                         st.responder ? st.responder->port() : uint16_t{0}};
+      },
+      // Probing blocks for up to a timeout: it runs on a thread of its own and reports
+      // back with probed_atom.
+      [=](probe_atom, std::vector<probe_target>& targets,
+          std::vector<std::string>& wanted) -> caf::result<std::vector<probe_result>> {
+        auto& n = settings_of(self->system());
+        std::vector<interface_addr> local;
+        try {
+          local = candidate_interfaces(host_interfaces{n.name, list_interfaces()}, wanted);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::invalid_argument, e.what());
+        }
+        auto id = self->state.next_probe++;
+        auto rp = self->make_response_promise<std::vector<probe_result>>();
+        self->state.probes.emplace(id, rp);
+        auto hdl = caf::actor_cast<colocator_actor>(self);
+        std::thread{[hdl, id, local = std::move(local), targets = std::move(targets)] {
+          caf::anon_send(hdl, probed_atom::value, id,
+                         probe_peers(local, targets, std::chrono::milliseconds(2000)));
+        }}.detach();
+        return rp;
+      },
+      [=](probed_atom, uint64_t id, std::vector<probe_result>& results) {
+        auto it = self->state.probes.find(id);
+        if (it == self->state.probes.end())
+          return;
+        it->second.deliver(std::move(results));
+        self->state.probes.erase(it);
+      },
+      [=](port_atom) -> int32_t { return find_free_port(); },
+      [=](tstore_atom, const std::string& bind) -> caf::result<int32_t> {
+        try {
+          auto& st = self->state;
+          if (!st.torch_store)
+            st.torch_store = std::make_unique<torch_store_server>(bind, uint16_t{0});
+          return static_cast<int32_t>(st.torch_store->port());
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
+      },
+      [=](enlist_atom, worker_actor w) {
+        self->monitor(w);
+        self->state.workers.push_back(std::move(w));
+      },
+      [=](terminate_atom, int32_t grace) {
+        for (auto& w : self->state.workers)
+          self->send(w, terminate_atom::value, int32_t{SIGTERM});
+        self->delayed_send(self, std::chrono::milliseconds(grace), kill_atom::value);
+      },
+      [=](kill_atom) {
+        for (auto& w : self->state.workers)
+          self->send(w, terminate_atom::value, int32_t{SIGKILL});
+        if (self->state.driver_gone)
+          self->quit(caf::exit_reason::user_shutdown);
+      },
   };
 }
 
@@ -133,46 +137,46 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
     self->quit();
   };
   return {
-    [=](hostname_atom) -> std::string { return settings_of(self->system()).name; },
-    [=](launch_atom, launch_spec& spec) -> int32_t {
-      auto& st = self->state;
-      process_spec ps{settings_of(self->system()).shim, std::move(spec.argv),
-                      std::move(spec.env), std::move(spec.cwd)};
-      auto hdl = caf::actor_cast<worker_actor>(self);
-      auto window = st.window;
-      auto r = st.rank;
-      try {
-        st.child = std::make_unique<child_process>(
-          ps,
-          [hdl, window, r](stream_kind k, std::vector<std::string>&& lines) {
-            if (window->acquire())
-              caf::anon_send(hdl, output_atom::value,
-                             output_batch{r, static_cast<int32_t>(k), std::move(lines)});
-          },
-          [hdl, r](const exit_status& es) {
-            caf::anon_send(hdl, exited_atom::value,
-                           rank_exit{r, {}, es.code, es.signal, es.exec_error});
-          });
-      } catch (const std::exception& e) {
-        report_exit(exit_status{127, 0, e.what()});
-        return 0;
-      }
-      return st.child->pid();
-    },
-    [=](terminate_atom, int32_t sig) {
-      if (self->state.child)
-        self->state.child->signal_group(sig);
-    },
-    [=](output_atom, output_batch& batch) {
-      auto window = self->state.window;
-      self->request(self->state.driver, std::chrono::seconds(60), output_atom::value,
-                    std::move(batch))
-        .then([window](caf::ok_atom) { window->release(); },
-              [window](caf::error&) { window->release(); });
-    },
-    [=](exited_atom, rank_exit& ex) {
-      report_exit(exit_status{ex.code, ex.signal, ex.exec_error});
-    },
+      [=](hostname_atom) -> std::string { return settings_of(self->system()).name; },
+      [=](launch_atom, launch_spec& spec) -> int32_t {
+        auto& st = self->state;
+        process_spec ps{settings_of(self->system()).shim, std::move(spec.argv), std::move(spec.env),
+                        std::move(spec.cwd)};
+        auto hdl = caf::actor_cast<worker_actor>(self);
+        auto window = st.window;
+        auto r = st.rank;
+        try {
+          st.child = std::make_unique<child_process>(
+              ps,
+              [hdl, window, r](stream_kind k, std::vector<std::string>&& lines) {
+                if (window->acquire())
+                  caf::anon_send(hdl, output_atom::value,
+                                 output_batch{r, static_cast<int32_t>(k), std::move(lines)});
+              },
+              [hdl, r](const exit_status& es) {
+                caf::anon_send(hdl, exited_atom::value,
+                               rank_exit{r, {}, es.code, es.signal, es.exec_error});
+              });
+        } catch (const std::exception& e) {
+          report_exit(exit_status{127, 0, e.what()});
+          return 0;
+        }
+        return st.child->pid();
+      },
+      [=](terminate_atom, int32_t sig) {
+        if (self->state.child)
+          self->state.child->signal_group(sig);
+      },
+      [=](output_atom, output_batch& batch) {
+        auto window = self->state.window;
+        self->request(self->state.driver, std::chrono::seconds(60), output_atom::value,
+                      std::move(batch))
+            .then([window](caf::ok_atom) { window->release(); },
+                  [window](caf::error&) { window->release(); });
+      },
+      [=](exited_atom, rank_exit& ex) {
+        report_exit(exit_status{ex.code, ex.signal, ex.exec_error});
+      },
   };
 }
 

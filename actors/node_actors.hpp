@@ -19,7 +19,7 @@ struct colocator_state {
   driver_actor driver;
   std::vector<worker_actor> workers; // live workers of this node
   bool driver_gone = false;
-  std::unique_ptr<probe_responder> responder; // answers other nodes' NIC probes
+  std::unique_ptr<probe_responder> responder;      // answers other nodes' NIC probes
   std::unique_ptr<torch_store_server> torch_store; // MASTER_PORT's store (rank 0's node)
   std::map<uint64_t, caf::typed_response_promise<std::vector<probe_result>>> probes;
   uint64_t next_probe = 1;
@@ -28,9 +28,8 @@ struct colocator_state {
 
 /// Spawn arguments: the job's driver, the job id (for diagnostics) and the grace
 /// period between SIGTERM and SIGKILL when the driver disappears.
-colocator_actor::behavior_type
-colocator_fn(colocator_actor::stateful_pointer<colocator_state> self, driver_actor driver,
-             std::string job, int32_t grace_ms);
+colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<colocator_state> self,
+                                            driver_actor driver, std::string job, int32_t grace_ms);
 
 struct worker_state {
   worker_state() = default;

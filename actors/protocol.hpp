@@ -63,15 +63,13 @@ typename Inspector::result_type inspect(Inspector& f, interface_addr& x) {
   return f(caf::meta::type_name("interface_addr"), x.name, x.address, x.prefix, x.loopback);
 }
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, probe_target& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, probe_target& x) {
   return f(caf::meta::type_name("probe_target"), x.host, x.address, x.port);
 }
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, probe_result& x) {
-  return f(caf::meta::type_name("probe_result"), x.iface, x.local_address, x.host, x.address,
-           x.ok, x.error);
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, probe_result& x) {
+  return f(caf::meta::type_name("probe_result"), x.iface, x.local_address, x.host, x.address, x.ok,
+           x.error);
 }
 
 /// What a colocator tells the driver about its node.
@@ -84,10 +82,9 @@ struct node_info {
   uint16_t probe_port = 0; // the colocator's NIC probe responder
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, node_info& x) {
-  return f(caf::meta::type_name("node_info"), x.name, x.os_hostname, x.pid, x.slots,
-           x.interfaces, x.probe_port);
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, node_info& x) {
+  return f(caf::meta::type_name("node_info"), x.name, x.os_hostname, x.pid, x.slots, x.interfaces,
+           x.probe_port);
 }
 
 /// What a worker runs: the user's command with its complete environment.
@@ -97,8 +94,7 @@ struct launch_spec {
   std::string cwd;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, launch_spec& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, launch_spec& x) {
   return f(caf::meta::type_name("launch_spec"), x.argv, x.env, x.cwd);
 }
 
@@ -109,8 +105,7 @@ struct output_batch {
   std::vector<std::string> lines;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, output_batch& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, output_batch& x) {
   return f(caf::meta::type_name("output_batch"), x.rank, x.stream, x.lines);
 }
 
@@ -123,8 +118,7 @@ struct rank_exit {
   std::string exec_error; // set when the command could not be executed (code 127)
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, rank_exit& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, rank_exit& x) {
   return f(caf::meta::type_name("rank_exit"), x.rank, x.host, x.code, x.signal, x.exec_error);
 }
 
@@ -137,8 +131,7 @@ struct rank_info {
   int32_t cross_size = 0;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, rank_info& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, rank_info& x) {
   return f(caf::meta::type_name("rank_info"), x.rank, x.local_rank, x.local_size, x.cross_rank,
            x.cross_size);
 }
@@ -147,43 +140,43 @@ typename Inspector::result_type inspect(Inspector& f, rank_info& x) {
 
 /// The part of the driver that node-side actors talk to. Output is a request so that
 /// the worker holds a bounded number of batches in flight (flow control end to end).
-using driver_actor = caf::typed_actor<
-  caf::replies_to<output_atom, output_batch>::with<caf::ok_atom>,
-  caf::reacts_to<exited_atom, rank_exit>>;
+using driver_actor =
+    caf::typed_actor<caf::replies_to<output_atom, output_batch>::with<caf::ok_atom>,
+                     caf::reacts_to<exited_atom, rank_exit>>;
 
 /// The driver's full interface: node-side messages plus its own signals and deadlines.
 using driver_full_actor = driver_actor::extend<
-  caf::reacts_to<interrupt_atom, int32_t>,  // SIGINT/SIGTERM received by the driver
-  caf::reacts_to<deadline_atom, uint32_t>>; // a phase's deadline (phase number)
+    caf::reacts_to<interrupt_atom, int32_t>,  // SIGINT/SIGTERM received by the driver
+    caf::reacts_to<deadline_atom, uint32_t>>; // a phase's deadline (phase number)
 
 /// Registers ranks and computes local/cross values (Horovod's Coordinator); runs the
 /// job's rendezvous server, bound to the given address, and answers with its port.
 using coordinator_actor = caf::typed_actor<
-  caf::replies_to<register_atom, std::string, std::string, uint32_t>::with<caf::ok_atom>,
-  caf::replies_to<finalize_atom>::with<std::vector<rank_info>>,
-  caf::replies_to<rendezvous_atom, std::string>::with<uint16_t>>;
+    caf::replies_to<register_atom, std::string, std::string, uint32_t>::with<caf::ok_atom>,
+    caf::replies_to<finalize_atom>::with<std::vector<rank_info>>,
+    caf::replies_to<rendezvous_atom, std::string>::with<uint16_t>>;
 
 /// One rank: reports its host, runs the command, streams output, reports the exit.
-using worker_actor = caf::typed_actor<
-  caf::replies_to<hostname_atom>::with<std::string>,
-  caf::replies_to<launch_atom, launch_spec>::with<int32_t>, // pid of the rank's process
-  caf::reacts_to<terminate_atom, int32_t>,                  // send a signal to the rank
-  caf::reacts_to<output_atom, output_batch>,                // from its reader thread
-  caf::reacts_to<exited_atom, rank_exit>>;                  // from its reader thread
+using worker_actor =
+    caf::typed_actor<caf::replies_to<hostname_atom>::with<std::string>,
+                     caf::replies_to<launch_atom, launch_spec>::with<int32_t>, // pid of the rank's
+                                                                               // process
+                     caf::reacts_to<terminate_atom, int32_t>,   // send a signal to the rank
+                     caf::reacts_to<output_atom, output_batch>, // from its reader thread
+                     caf::reacts_to<exited_atom, rank_exit>>;   // from its reader thread
 
 /// One node's side of a job: its workers, free ports, interfaces, NIC probes, cleanup.
 using colocator_actor = caf::typed_actor<
-  caf::replies_to<node_atom>::with<node_info>,
-  caf::replies_to<port_atom>::with<int32_t>,
-  // start the job's torch TCPStore server on this address; answers its port
-  caf::replies_to<tstore_atom, std::string>::with<int32_t>,
-  // probe the targets from these local interfaces (all non-loopback ones if empty)
-  caf::replies_to<probe_atom, std::vector<probe_target>, std::vector<std::string>>::with<
-    std::vector<probe_result>>,
-  caf::reacts_to<probed_atom, uint64_t, std::vector<probe_result>>, // from a probe thread
-  caf::reacts_to<enlist_atom, worker_actor>, // a worker of this node starts
-  caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
-  caf::reacts_to<kill_atom>>;                // the grace period is over
+    caf::replies_to<node_atom>::with<node_info>, caf::replies_to<port_atom>::with<int32_t>,
+    // start the job's torch TCPStore server on this address; answers its port
+    caf::replies_to<tstore_atom, std::string>::with<int32_t>,
+    // probe the targets from these local interfaces (all non-loopback ones if empty)
+    caf::replies_to<probe_atom, std::vector<probe_target>,
+                    std::vector<std::string>>::with<std::vector<probe_result>>,
+    caf::reacts_to<probed_atom, uint64_t, std::vector<probe_result>>, // from a probe thread
+    caf::reacts_to<enlist_atom, worker_actor>, // a worker of this node starts
+    caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
+    caf::reacts_to<kill_atom>>;                // the grace period is over
 
 /// Names under which node agents offer actors for remote spawn.
 inline constexpr const char* colocator_type_name = "colocator";

@@ -29,7 +29,7 @@ void report(const char* fmt, int value) {
   char buf[64];
   int n = std::snprintf(buf, sizeof(buf), fmt, value);
   if (n > 0)
-    (void) !::write(status_fd, buf, static_cast<size_t>(n));
+    (void)!::write(status_fd, buf, static_cast<size_t>(n));
 }
 
 void on_agent_death(int) {

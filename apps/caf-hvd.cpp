@@ -68,9 +68,9 @@ std::string shim_path() {
   auto path = executable_dir() + "/caf-hvd-exec";
   if (access(path.c_str(), X_OK) != 0)
     throw std::runtime_error(
-      fmt::format("cannot find the rank launcher {} (it is built and installed next to "
-                  "caf-hvd)",
-                  path));
+        fmt::format("cannot find the rank launcher {} (it is built and installed next to "
+                    "caf-hvd)",
+                    path));
   return path;
 }
 
@@ -96,7 +96,7 @@ void prepare_output_dir(const std::string& dir) {
     throw usage_error(fmt::format("--output-filename {}: cannot create it: {}", dir, ec.message()));
   if (access(dir.c_str(), W_OK | X_OK) != 0)
     throw usage_error(
-      fmt::format("--output-filename {}: not writable: {}", dir, std::strerror(errno)));
+        fmt::format("--output-filename {}: not writable: {}", dir, std::strerror(errno)));
 }
 
 // Explains why a port cannot be opened (CAF only says that it failed).
@@ -116,8 +116,8 @@ std::string bind_problem(const std::string& bind, int port) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   std::string why = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
-                      ? std::strerror(errno)
-                      : "unknown reason";
+                        ? std::strerror(errno)
+                        : "unknown reason";
   ::close(fd);
   return why;
 }
@@ -129,9 +129,9 @@ std::optional<cluster_credentials> credentials_for(const po::variables_map& vm,
     if (vm.count("cluster-dir"))
       throw usage_error("--insecure and --cluster-dir exclude each other");
     std::cerr << fmt::format(
-      "caf-hvd {}: WARNING: --insecure: no TLS, no admission; anyone who can reach the "
-      "node port can run commands there. Use only on a trusted network.\n",
-      who);
+        "caf-hvd {}: WARNING: --insecure: no TLS, no admission; anyone who can reach the "
+        "node port can run commands there. Use only on a trusted network.\n",
+        who);
     return std::nullopt;
   }
   try {
@@ -149,10 +149,10 @@ int run_cluster(int argc, char** argv) {
   try {
     auto c = init_cluster(dir);
     std::cout << fmt::format(
-      "created the cluster's credentials in {}:\n  ca.pem, ca.key      the cluster's CA (keep "
-      "ca.key private)\n  member.pem, member.key  presented by node agents and drivers\n"
-      "Copy {} (without ca.key) to every host and use --cluster-dir or CAF_HVD_CLUSTER_DIR.\n",
-      c.dir, c.dir);
+        "created the cluster's credentials in {}:\n  ca.pem, ca.key      the cluster's CA (keep "
+        "ca.key private)\n  member.pem, member.key  presented by node agents and drivers\n"
+        "Copy {} (without ca.key) to every host and use --cluster-dir or CAF_HVD_CLUSTER_DIR.\n",
+        c.dir, c.dir);
   } catch (const credentials_error& e) {
     throw std::runtime_error(e.what());
   }
@@ -172,8 +172,7 @@ void exit_watchdog(int code) {
 }
 
 // Splits argv at the first "--": options before, the command after.
-std::pair<std::vector<std::string>, std::vector<std::string>> split_command(int argc,
-                                                                            char** argv) {
+std::pair<std::vector<std::string>, std::vector<std::string>> split_command(int argc, char** argv) {
   std::vector<std::string> opts, cmd;
   int i = 2;
   for (; i < argc && std::string_view{argv[i]} != "--"; ++i)
@@ -189,8 +188,8 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
   try {
     po::command_line_parser parser{args};
     parser.options(desc).style(
-      (po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
-      | po::command_line_style::allow_long_disguise);
+        (po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+        | po::command_line_style::allow_long_disguise);
     if (pos)
       parser.positional(*pos);
     po::store(parser.run(), vm);
@@ -211,12 +210,14 @@ int run_node(int argc, char** argv) {
   std::string name, bind, cluster;
   int slots = 0;
   desc.add_options()("help,h", "show this help")(
-    "port,p", po::value(&port)->default_value(default_node_port), "TCP port to listen on")(
-    "name", po::value(&name), "the host's identity in jobs (HOROVOD_HOSTNAME); default: hostname")(
-    "slots", po::value(&slots)->default_value(0), "ranks this node accepts per job; 0 = no limit")(
-    "bind", po::value(&bind), "address to listen on; default: every interface")(
-    "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
-    "insecure", "admit any driver without TLS (trusted networks only)");
+      "port,p", po::value(&port)->default_value(default_node_port),
+      "TCP port to listen on")("name", po::value(&name),
+                               "the host's identity in jobs (HOROVOD_HOSTNAME); default: hostname")(
+      "slots", po::value(&slots)->default_value(0),
+      "ranks this node accepts per job; 0 = no limit")(
+      "bind", po::value(&bind), "address to listen on; default: every interface")(
+      "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
+      "insecure", "admit any driver without TLS (trusted networks only)");
   auto [args, rest] = split_command(argc, argv);
   if (!rest.empty())
     throw usage_error("caf-hvd node takes no command");
@@ -248,10 +249,9 @@ int run_node(int argc, char** argv) {
   caf::expected<uint16_t> opened{caf::sec::runtime_error};
   if (creds) {
     caf::scoped_actor self{sys};
-    self
-      ->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(10),
-                caf::open_atom::value, static_cast<uint16_t>(port), bind, true)
-      .receive([&](uint16_t p) { opened = p; }, [&](caf::error& e) { opened = std::move(e); });
+    self->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(10),
+                  caf::open_atom::value, static_cast<uint16_t>(port), bind, true)
+        .receive([&](uint16_t p) { opened = p; }, [&](caf::error& e) { opened = std::move(e); });
   } else {
     opened = sys.middleman().open(static_cast<uint16_t>(port),
                                   bind.empty() ? nullptr : bind.c_str(), true);
@@ -290,38 +290,37 @@ struct job_options {
   job_options(const std::string& title, bool with_hosts) : desc{title} {
     desc.add_options()("help,h", "show this help")("np", po::value(&np)->required(),
                                                    "number of ranks")(
-      "start-timeout", po::value(&start_timeout)->default_value(30),
-      "seconds for every rank to be placed and started")(
-      "kill-grace-seconds", po::value(&kill_grace)->default_value(5),
-      "seconds between SIGTERM and SIGKILL when a job is stopped")(
-      "output-filename", po::value(&output_dir),
-      "also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr")(
-      "env", po::value(&env)->composing(), "KEY=VALUE added to every rank (repeatable)")(
-      "network-interface", po::value(&nics),
-      "NAME[,NAME...]: use only these interfaces between hosts")(
-      "verbose", "print each phase of the job with timings")(
-      "free-master-port",
-      "MASTER_PORT is only a free port (default: caf-hvd serves torch's store there, as "
-      "torchrun does)");
+        "start-timeout", po::value(&start_timeout)->default_value(30),
+        "seconds for every rank to be placed and started")(
+        "kill-grace-seconds", po::value(&kill_grace)->default_value(5),
+        "seconds between SIGTERM and SIGKILL when a job is stopped")(
+        "output-filename", po::value(&output_dir),
+        "also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr")(
+        "env", po::value(&env)->composing(), "KEY=VALUE added to every rank (repeatable)")(
+        "network-interface", po::value(&nics),
+        "NAME[,NAME...]: use only these interfaces between hosts")(
+        "verbose", "print each phase of the job with timings")(
+        "free-master-port",
+        "MASTER_PORT is only a free port (default: caf-hvd serves torch's store there, as "
+        "torchrun does)");
     if (with_hosts)
       desc.add_options()("hosts,H", po::value(&hosts),
                          "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
-        "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines")(
-        "cluster-dir", po::value(&cluster),
-        "the cluster's credentials (see 'caf-hvd cluster init')")(
-        "insecure", "talk to node agents without TLS (trusted networks only)");
+          "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines")(
+          "cluster-dir", po::value(&cluster),
+          "the cluster's credentials (see 'caf-hvd cluster init')")(
+          "insecure", "talk to node agents without TLS (trusted networks only)");
     desc.add_options()("command", po::value(&command)->composing(), "the command to run");
   }
 };
 
 int run_job(int argc, char** argv, bool embedded) {
-  auto title = embedded
-                 ? std::string{"caf-hvd run: run a whole job on this machine.\n\n"
-                               "usage: caf-hvd run -np N [options] -- COMMAND [ARGS...]\n\n"
-                               "options"}
-                 : std::string{"caf-hvd driver: run a job across node agents.\n\n"
-                               "usage: caf-hvd driver -np N (-H SPEC,... | --hostfile FILE) "
-                               "[options] -- COMMAND [ARGS...]\n\noptions"};
+  auto title = embedded ? std::string{"caf-hvd run: run a whole job on this machine.\n\n"
+                                      "usage: caf-hvd run -np N [options] -- COMMAND [ARGS...]\n\n"
+                                      "options"}
+                        : std::string{"caf-hvd driver: run a job across node agents.\n\n"
+                                      "usage: caf-hvd driver -np N (-H SPEC,... | --hostfile FILE) "
+                                      "[options] -- COMMAND [ARGS...]\n\noptions"};
   job_options o{title, !embedded};
   auto [args, cmd] = split_command(argc, argv);
   if (std::find(args.begin(), args.end(), "--help") != args.end()
@@ -427,11 +426,11 @@ int run_job(int argc, char** argv, bool embedded) {
       if (!problems[i].empty())
         report += fmt::format("\n  node agent {}{}: {}", job.hosts[i].endpoint(),
                               job.addresses[i] == job.hosts[i].host
-                                ? std::string{}
-                                : fmt::format(" ({})", job.addresses[i]),
+                                  ? std::string{}
+                                  : fmt::format(" ({})", job.addresses[i]),
                               problems[i] == std::strerror(ECONNREFUSED)
-                                ? problems[i] + " (is `caf-hvd node` running there?)"
-                                : problems[i]);
+                                  ? problems[i] + " (is `caf-hvd node` running there?)"
+                                  : problems[i]);
     if (!report.empty()) {
       std::cerr << "caf-hvd: error: cannot reach every node agent:" << report << "\n";
       return 1;

@@ -40,16 +40,16 @@ std::vector<slot_info> get_host_assignments(const std::vector<host_slots>& hosts
   }
   int size = rank;
   if (size < min_np)
-    throw std::invalid_argument(fmt::format(
-      "requested {} processes but the hosts offer only {} slots", min_np, size));
+    throw std::invalid_argument(
+        fmt::format("requested {} processes but the hosts offer only {} slots", min_np, size));
   std::vector<slot_info> out;
   out.reserve(size);
   for (auto& [h, ranks] : placed) {
     for (size_t lr = 0; lr < ranks.size(); ++lr) {
       auto& peers = cross[lr];
       auto pos = std::find(peers.begin(), peers.end(), h->hostname) - peers.begin();
-      out.push_back(slot_info{h->hostname, ranks[lr], static_cast<int>(lr),
-                              static_cast<int>(pos), size, static_cast<int>(ranks.size()),
+      out.push_back(slot_info{h->hostname, ranks[lr], static_cast<int>(lr), static_cast<int>(pos),
+                              size, static_cast<int>(ranks.size()),
                               static_cast<int>(peers.size())});
     }
   }
@@ -60,7 +60,7 @@ void rank_registry::add(const std::string& hostname, const std::string& node, in
   for (auto& [n, ranks] : nodes_)
     if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end())
       throw std::invalid_argument(
-        fmt::format("rank {} registered twice (nodes {} and {})", rank, n, node));
+          fmt::format("rank {} registered twice (nodes {} and {})", rank, n, node));
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](auto& p) { return p.first == node; });
   if (it == nodes_.end()) {
     nodes_.emplace_back(node, std::vector<int>{});
@@ -76,8 +76,8 @@ std::vector<slot_info> rank_registry::plan() const {
   for (size_t n = 0; n < nodes_.size(); ++n)
     for (int r : nodes_[n].second) {
       auto& v = values[r];
-      out[r] = slot_info{hostnames_[n], r,           v.local_rank, v.cross_rank,
-                         world_size(),  v.local_size, v.cross_size};
+      out[r] = slot_info{hostnames_[n], r,           v.local_rank, v.cross_rank, world_size(),
+                         v.local_size,  v.cross_size};
     }
   return out;
 }
@@ -110,7 +110,7 @@ std::vector<local_cross> rank_registry::finalize() const {
       int r = ranks[lr];
       if (r < 0 || r >= size || seen[r])
         throw std::invalid_argument(
-          fmt::format("ranks must be 0..{} without gaps, got rank {}", size - 1, r));
+            fmt::format("ranks must be 0..{} without gaps, got rank {}", size - 1, r));
       seen[r] = true;
       out[r] = local_cross{lr, static_cast<int>(ranks.size()), cross_rank[r], cross_size[lr]};
     }

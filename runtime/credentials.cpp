@@ -22,8 +22,7 @@ namespace cafhvd {
 
 namespace {
 
-template <class T, void (*Free)(T*)>
-struct deleter {
+template <class T, void (*Free)(T*)> struct deleter {
   void operator()(T* p) const { Free(p); }
 };
 using pkey_ptr = std::unique_ptr<EVP_PKEY, deleter<EVP_PKEY, EVP_PKEY_free>>;
@@ -86,8 +85,8 @@ void write_file(const std::string& path, mode_t mode, bool key, void* obj) {
   if (fd < 0)
     throw credentials_error(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
   FILE* f = ::fdopen(fd, "w");
-  bool ok = key ? PEM_write_PrivateKey(f, static_cast<EVP_PKEY*>(obj), nullptr, nullptr, 0,
-                                       nullptr, nullptr)
+  bool ok = key ? PEM_write_PrivateKey(f, static_cast<EVP_PKEY*>(obj), nullptr, nullptr, 0, nullptr,
+                                       nullptr)
                 : PEM_write_X509(f, static_cast<X509*>(obj));
   ok = (std::fclose(f) == 0) && ok;
   if (!ok)
@@ -125,17 +124,16 @@ cluster_credentials init_cluster(const std::string& dir) {
   for (auto& f : {p.ca_cert, p.member_cert, p.member_key, dir + "/ca.key"})
     if (::access(f.c_str(), F_OK) == 0)
       throw credentials_error(fmt::format(
-        "{} already exists; refusing to overwrite a cluster's credentials (remove the "
-        "directory to start a new cluster)",
-        f));
+          "{} already exists; refusing to overwrite a cluster's credentials (remove the "
+          "directory to start a new cluster)",
+          f));
   // mkdir -p with 0700 for the last component.
   std::string partial;
   for (size_t i = 0; i <= dir.size(); ++i) {
     if (i == dir.size() || (dir[i] == '/' && i > 0)) {
       partial = dir.substr(0, i);
       if (::mkdir(partial.c_str(), i == dir.size() ? 0700 : 0755) != 0 && errno != EEXIST)
-        throw credentials_error(
-          fmt::format("cannot create {}: {}", partial, std::strerror(errno)));
+        throw credentials_error(fmt::format("cannot create {}: {}", partial, std::strerror(errno)));
     }
   }
   ::chmod(dir.c_str(), 0700);
@@ -155,33 +153,30 @@ cluster_credentials load_cluster(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0)
     throw credentials_error(fmt::format(
-      "no cluster credentials in {} ({}); create them with 'caf-hvd cluster init {}' and copy "
-      "the directory to every host, or pass --insecure on trusted networks",
-      dir, std::strerror(errno), dir));
+        "no cluster credentials in {} ({}); create them with 'caf-hvd cluster init {}' and copy "
+        "the directory to every host, or pass --insecure on trusted networks",
+        dir, std::strerror(errno), dir));
   auto ca = read_cert(p.ca_cert);
   auto member = read_cert(p.member_cert);
   if (::stat(p.member_key.c_str(), &st) != 0)
-    throw credentials_error(
-      fmt::format("cannot read {}: {}", p.member_key, std::strerror(errno)));
+    throw credentials_error(fmt::format("cannot read {}: {}", p.member_key, std::strerror(errno)));
   if (st.st_mode & (S_IRWXG | S_IRWXO))
-    throw credentials_error(fmt::format(
-      "{} is accessible by other users (mode {:o}); run 'chmod 600 {}'", p.member_key,
-      st.st_mode & 0777, p.member_key));
+    throw credentials_error(
+        fmt::format("{} is accessible by other users (mode {:o}); run 'chmod 600 {}'", p.member_key,
+                    st.st_mode & 0777, p.member_key));
   FILE* f = std::fopen(p.member_key.c_str(), "r");
   if (!f)
-    throw credentials_error(
-      fmt::format("cannot read {}: {}", p.member_key, std::strerror(errno)));
+    throw credentials_error(fmt::format("cannot read {}: {}", p.member_key, std::strerror(errno)));
   pkey_ptr key{PEM_read_PrivateKey(f, nullptr, nullptr, nullptr)};
   std::fclose(f);
   if (!key)
     throw credentials_error(fmt::format("{} is not an unencrypted PEM private key", p.member_key));
   if (X509_check_private_key(member.get(), key.get()) != 1)
-    throw credentials_error(
-      fmt::format("{} does not belong to {}", p.member_key, p.member_cert));
+    throw credentials_error(fmt::format("{} does not belong to {}", p.member_key, p.member_cert));
   pkey_ptr ca_pub{X509_get_pubkey(ca.get())};
   if (X509_verify(member.get(), ca_pub.get()) != 1)
     throw credentials_error(
-      fmt::format("{} is not signed by the cluster CA {}", p.member_cert, p.ca_cert));
+        fmt::format("{} is not signed by the cluster CA {}", p.member_cert, p.ca_cert));
   for (auto* c : {ca.get(), member.get()})
     if (X509_cmp_current_time(X509_get0_notAfter(c)) <= 0
         || X509_cmp_current_time(X509_get0_notBefore(c)) >= 0)

@@ -13,13 +13,13 @@ namespace cafhvd {
 /// Everything that decides one rank's environment.
 struct rank_env_input {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
-  int group_rank = 0;           // index of the rank's host among the job's hosts
-  std::string hostname;         // the node's name (HOROVOD_HOSTNAME)
-  std::string master_addr;      // address of rank 0's host reachable by every host
-  int master_port = 0;          // a port that was free on rank 0's host
-  std::string iface;            // interface for Gloo/NCCL on this rank's host ("" = unset)
+  int group_rank = 0;                   // index of the rank's host among the job's hosts
+  std::string hostname;                 // the node's name (HOROVOD_HOSTNAME)
+  std::string master_addr;              // address of rank 0's host reachable by every host
+  int master_port = 0;                  // a port that was free on rank 0's host
+  std::string iface;                    // interface for Gloo/NCCL on this rank's host ("" = unset)
   std::vector<std::string> nccl_ifaces; // usable interfaces of this host, in order
-  std::string rendezvous_addr;  // HOROVOD_GLOO_RENDEZVOUS_ADDR ("" until the server exists)
+  std::string rendezvous_addr;          // HOROVOD_GLOO_RENDEZVOUS_ADDR ("" until the server exists)
   int rendezvous_port = 0;
   bool agent_store = false;       // MASTER_PORT is served by the launcher's torch store
   std::vector<std::string> base;  // inherited KEY=VALUE pairs (the driver's environment)

@@ -53,9 +53,9 @@ void reject_duplicates(const std::vector<host_spec>& hosts, std::string_view con
   for (auto& h : hosts)
     if (!seen.insert(h.endpoint()).second)
       throw spec_error(
-        fmt::format("host {} is listed twice in {}; list each node agent once with its total "
-                    "slots",
-                    h.endpoint(), context));
+          fmt::format("host {} is listed twice in {}; list each node agent once with its total "
+                      "slots",
+                      h.endpoint(), context));
 }
 
 } // namespace
@@ -80,16 +80,16 @@ host_spec parse_host_spec(std::string_view text, uint16_t default_port) {
   if (parts.size() == 2) {
     h.host = check_host(parts[0], item);
     h.slots = static_cast<uint32_t>(
-      parse_bounded_int(parts[1], 1, 1 << 20, fmt::format("slots of host spec '{}'", item)));
+        parse_bounded_int(parts[1], 1, 1 << 20, fmt::format("slots of host spec '{}'", item)));
   } else if (parts.size() == 3) {
     h.host = check_host(parts[0], item);
     h.port = static_cast<uint16_t>(
-      parse_bounded_int(parts[1], 1, 65535, fmt::format("port of host spec '{}'", item)));
+        parse_bounded_int(parts[1], 1, 65535, fmt::format("port of host spec '{}'", item)));
     h.slots = static_cast<uint32_t>(
-      parse_bounded_int(parts[2], 1, 1 << 20, fmt::format("slots of host spec '{}'", item)));
+        parse_bounded_int(parts[2], 1, 1 << 20, fmt::format("slots of host spec '{}'", item)));
   } else {
     throw spec_error(
-      fmt::format("invalid host spec '{}': expected HOST:SLOTS or HOST:PORT:SLOTS", item));
+        fmt::format("invalid host spec '{}': expected HOST:SLOTS or HOST:PORT:SLOTS", item));
   }
   return h;
 }
@@ -125,19 +125,19 @@ std::vector<host_spec> parse_hostfile(std::istream& in, std::string_view name,
     h.port = default_port;
     auto ep = split(endpoint, ':');
     if (ep.size() > 2)
-      throw spec_error(fmt::format("{}: invalid host '{}': expected HOST or HOST:PORT", where,
-                                   endpoint));
+      throw spec_error(
+          fmt::format("{}: invalid host '{}': expected HOST or HOST:PORT", where, endpoint));
     h.host = check_host(ep[0], l);
     if (ep.size() == 2)
       h.port = static_cast<uint16_t>(
-        parse_bounded_int(ep[1], 1, 65535, fmt::format("{}: port of '{}'", where, endpoint)));
+          parse_bounded_int(ep[1], 1, 65535, fmt::format("{}: port of '{}'", where, endpoint)));
     if (space != std::string_view::npos) {
       auto rest = trim(l.substr(space));
       auto eq = rest.find('=');
       if (eq == std::string_view::npos || trim(rest.substr(0, eq)) != "slots")
         throw spec_error(fmt::format("{}: expected 'HOST[:PORT] slots=N', got '{}'", where, l));
       h.slots = static_cast<uint32_t>(parse_bounded_int(
-        rest.substr(eq + 1), 1, 1 << 20, fmt::format("{}: slots of '{}'", where, h.host)));
+          rest.substr(eq + 1), 1, 1 << 20, fmt::format("{}: slots of '{}'", where, h.host)));
     }
     out.push_back(std::move(h));
   }
@@ -158,8 +158,8 @@ std::vector<host_spec> parse_discovery_output(std::string_view text,
     if (++lineno > 65536)
       throw spec_error("discovery output has more than 65536 lines");
     if (line.size() > 1024)
-      throw spec_error(fmt::format("discovery output line {} is longer than 1024 characters",
-                                   lineno));
+      throw spec_error(
+          fmt::format("discovery output line {} is longer than 1024 characters", lineno));
     if (auto hash = line.find('#'); hash != std::string_view::npos)
       line = line.substr(0, hash);
     line = trim(line);

@@ -21,8 +21,7 @@ uint64_t kv_store::init(const std::vector<slot_info>& plan) {
   return generation_;
 }
 
-kv_store::put_result kv_store::put(const std::string& scope, const std::string& key,
-                                   bytes value) {
+kv_store::put_result kv_store::put(const std::string& scope, const std::string& key, bytes value) {
   if (value.size() > limits_.max_value)
     return put_result::too_large;
   auto& s = data_[scope];

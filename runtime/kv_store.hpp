@@ -26,8 +26,8 @@ public:
   using waiter_fn = std::function<void(const std::optional<bytes>&)>;
 
   struct limits {
-    size_t max_value = 16u << 20;  // one value
-    size_t max_total = 1u << 30;   // all values together
+    size_t max_value = 16u << 20; // one value
+    size_t max_total = 1u << 30;  // all values together
   };
 
   kv_store() = default;

@@ -69,7 +69,7 @@ probe_responder::probe_responder(std::string node_name) : state_(std::make_share
       if (fd < 0)
         continue;
       auto answer = fmt::format("{} {} {}\n", greeting, st.name, ntop(peer));
-      (void) !::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(fd);
     }
   }};
@@ -77,7 +77,7 @@ probe_responder::probe_responder(std::string node_name) : state_(std::make_share
 
 probe_responder::~probe_responder() {
   auto& st = *state_;
-  (void) !::write(st.wake[1], "x", 1);
+  (void)!::write(st.wake[1], "x", 1);
   st.thread.join();
   for (int fd : {st.listen_fd, st.wake[0], st.wake[1]})
     if (fd >= 0)
@@ -110,8 +110,8 @@ std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
       p.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       // Leave through this interface only. SO_BINDTODEVICE needs CAP_NET_RAW; without
       // it the source address binding and the responder's check still hold.
-      (void) ::setsockopt(p.fd, SOL_SOCKET, SO_BINDTODEVICE, ifc.name.c_str(),
-                          static_cast<socklen_t>(ifc.name.size()));
+      (void)::setsockopt(p.fd, SOL_SOCKET, SO_BINDTODEVICE, ifc.name.c_str(),
+                         static_cast<socklen_t>(ifc.name.size()));
       if (::bind(p.fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0) {
         p.r.error = fmt::format("bind {}: {}", ifc.address, std::strerror(errno));
       } else if (::connect(p.fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0
@@ -140,20 +140,21 @@ std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
       grace_started = true;
       auto round = std::chrono::steady_clock::now() - start;
       deadline = std::min(deadline, std::chrono::steady_clock::now()
-                                      + std::max<std::chrono::steady_clock::duration>(
-                                        3 * round, std::chrono::milliseconds(10)));
+                                        + std::max<std::chrono::steady_clock::duration>(
+                                            3 * round, std::chrono::milliseconds(10)));
     }
     std::vector<pollfd> fds;
     std::vector<size_t> which;
     for (size_t i = 0; i < probes.size(); ++i)
       if (probes[i].fd >= 0) {
-        fds.push_back({probes[i].fd, static_cast<short>(probes[i].connected ? POLLIN : POLLOUT), 0});
+        fds.push_back(
+            {probes[i].fd, static_cast<short>(probes[i].connected ? POLLIN : POLLOUT), 0});
         which.push_back(i);
       }
     if (fds.empty())
       break;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
       break;
     if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) < 0 && errno != EINTR)
@@ -207,8 +208,8 @@ std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
       p.r.error = p.connected ? "connected but no answer in time"
                               : fmt::format("no connection within {} ms",
                                             std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              std::chrono::steady_clock::now() - start)
-                                              .count());
+                                                std::chrono::steady_clock::now() - start)
+                                                .count());
     }
   std::vector<probe_result> out;
   for (auto& p : probes)
@@ -238,9 +239,9 @@ std::vector<interface_addr> candidate_interfaces(const host_interfaces& h,
     for (auto& w : wanted)
       asked += (asked.empty() ? "" : ",") + w;
     throw std::invalid_argument(
-      wanted.empty()
-        ? fmt::format("host {} has no non-loopback IPv4 interface (it has: {})", h.host, names)
-        : fmt::format("host {} has no interface named {} (it has: {})", h.host, asked, names));
+        wanted.empty()
+            ? fmt::format("host {} has no non-loopback IPv4 interface (it has: {})", h.host, names)
+            : fmt::format("host {} has no interface named {} (it has: {})", h.host, asked, names));
   }
   return out;
 }
@@ -284,8 +285,8 @@ std::vector<nic_choice> choose_interfaces(const std::vector<host_interfaces>& ho
                                 iface, c.host, line);
     }
     if (c.usable.empty() && wanted.empty())
-      problems += fmt::format("\n  host {}: no interface reaches every other host{}", c.host,
-                              account);
+      problems +=
+          fmt::format("\n  host {}: no interface reaches every other host{}", c.host, account);
     if (!c.usable.empty())
       c.iface = c.usable.front();
     out.push_back(std::move(c));
@@ -317,9 +318,9 @@ std::vector<nic_choice> choose_interfaces(const std::vector<host_interfaces>& ho
       }
     }
     if (out[h].address.empty())
-      throw std::invalid_argument(fmt::format(
-        "NIC discovery: no single address of host {} was reached by every other host",
-        hosts[h].host));
+      throw std::invalid_argument(
+          fmt::format("NIC discovery: no single address of host {} was reached by every other host",
+                      hosts[h].host));
   }
   return out;
 }
@@ -328,9 +329,9 @@ std::vector<nic_choice> choose_interfaces(const std::vector<host_interfaces>& ho
 
 namespace cafhvd {
 
-std::vector<std::string> check_tcp_reachable(
-  const std::vector<std::pair<std::string, uint16_t>>& endpoints,
-  std::chrono::milliseconds timeout) {
+std::vector<std::string>
+check_tcp_reachable(const std::vector<std::pair<std::string, uint16_t>>& endpoints,
+                    std::chrono::milliseconds timeout) {
   std::vector<std::string> out(endpoints.size());
   std::vector<int> fds(endpoints.size(), -1);
   for (size_t i = 0; i < endpoints.size(); ++i) {
@@ -360,7 +361,7 @@ std::vector<std::string> check_tcp_reachable(
         which.push_back(i);
       }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
+        deadline - std::chrono::steady_clock::now());
     if (p.empty() || left.count() <= 0)
       break;
     if (::poll(p.data(), p.size(), static_cast<int>(left.count())) < 0 && errno != EINTR)

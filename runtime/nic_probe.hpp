@@ -41,12 +41,12 @@ struct probe_target {
 };
 
 struct probe_result {
-  std::string iface;        // local interface under test
+  std::string iface; // local interface under test
   std::string local_address;
-  std::string host;         // peer node
-  std::string address;      // peer address
+  std::string host;    // peer node
+  std::string address; // peer address
   bool ok = false;
-  std::string error;        // why not, when !ok
+  std::string error; // why not, when !ok
 };
 
 /// Probes every target from every interface in `local` in parallel; each probe ends
@@ -96,7 +96,8 @@ namespace cafhvd {
 /// per endpoint, "" when it connected or why not ("connection refused", "no connection
 /// within N s", ...). Used before CAF connects, whose connects run one at a time and
 /// would let one unreachable host stall all others.
-std::vector<std::string> check_tcp_reachable(
-  const std::vector<std::pair<std::string, uint16_t>>& endpoints, std::chrono::milliseconds timeout);
+std::vector<std::string>
+check_tcp_reachable(const std::vector<std::pair<std::string, uint16_t>>& endpoints,
+                    std::chrono::milliseconds timeout);
 
 } // namespace cafhvd

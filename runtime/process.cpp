@@ -138,7 +138,7 @@ bool parse_status(const std::string& text, const std::string& cmd, exit_status& 
 } // namespace
 
 child_process::child_process(const process_spec& spec, output_fn on_output, exit_fn on_exit)
-  : shared_(std::make_shared<shared>()) {
+    : shared_(std::make_shared<shared>()) {
   if (spec.argv.empty())
     throw std::runtime_error("empty command");
   int out_pipe[2], err_pipe[2], status_pipe[2];
@@ -176,8 +176,8 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
   posix_spawnattr_setsigmask(&attr, &none);   // agents block signals for sigwait
   posix_spawnattr_setsigdefault(&attr, &all); // and ranks start with default handlers
   posix_spawnattr_setpgroup(&attr, 0);        // own process group, led by the shim
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF
-                                    | POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   pid_t pid = -1;
   int rc = posix_spawn(&pid, spec.shim.c_str(), &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
@@ -185,9 +185,8 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
   if (rc != 0) {
     if (!spec.cwd.empty() && access(spec.cwd.c_str(), X_OK) != 0)
       throw std::runtime_error(
-        fmt::format("cannot enter working directory {}: {}", spec.cwd, std::strerror(errno)));
-    throw std::runtime_error(
-      fmt::format("cannot start {}: {}", spec.shim, std::strerror(rc)));
+          fmt::format("cannot enter working directory {}: {}", spec.cwd, std::strerror(errno)));
+    throw std::runtime_error(fmt::format("cannot start {}: {}", spec.shim, std::strerror(rc)));
   }
   pid_ = pid;
   shared_->pid = pid;

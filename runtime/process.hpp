@@ -62,10 +62,10 @@ struct exit_status {
 };
 
 struct process_spec {
-  std::string shim;               // path of caf-hvd-exec
-  std::vector<std::string> argv;  // the user's command, argv[0] looked up in PATH
-  std::vector<std::string> env;   // complete environment, KEY=VALUE
-  std::string cwd;                // working directory ("" = inherit)
+  std::string shim;              // path of caf-hvd-exec
+  std::vector<std::string> argv; // the user's command, argv[0] looked up in PATH
+  std::vector<std::string> env;  // complete environment, KEY=VALUE
+  std::string cwd;               // working directory ("" = inherit)
 };
 
 /// A running rank process. Destroying it kills the whole process group; the reader

@@ -99,8 +99,7 @@ std::string scope_snapshot(const kv_store& store, const std::string& scope) {
 } // namespace
 
 rendezvous_answer answer_request(kv_store& store, std::string_view method,
-                                 std::string_view target_text, std::string body,
-                                 bool has_length) {
+                                 std::string_view target_text, std::string body, bool has_length) {
   auto t = parse_target(target_text);
   if (!t)
     return {400, "expected /<scope>/<key>\n", false, 0};
@@ -110,8 +109,8 @@ rendezvous_answer answer_request(kv_store& store, std::string_view method,
     auto r = store.put(t->scope, t->key, std::move(body));
     if (r == kv_store::put_result::ok)
       return {200, "", false, 0};
-    return {413, r == kv_store::put_result::too_large ? "value too large\n" : "store full\n",
-            false, 0};
+    return {413, r == kv_store::put_result::too_large ? "value too large\n" : "store full\n", false,
+            0};
   }
   if (method == "GET") {
     auto v = store.get(t->scope, t->key);
@@ -151,8 +150,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   net::steady_timer wait_timer;
   uint64_t waiter = 0;
 
-  session(impl& s, tcp::socket sock)
-    : srv(s), stream(std::move(sock)), wait_timer(srv.io) {
+  session(impl& s, tcp::socket sock) : srv(s), stream(std::move(sock)), wait_timer(srv.io) {
     ++srv.connections;
   }
   ~session() { --srv.connections; }
@@ -162,10 +160,9 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     parser->body_limit(srv.opts.limits.max_value);
     parser->header_limit(16 * 1024);
     stream.expires_after(srv.opts.request_timeout);
-    http::async_read(stream, buffer, *parser,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->on_read(ec);
-                     });
+    http::async_read(
+        stream, buffer, *parser,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
@@ -216,17 +213,17 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   void long_poll(const target& t, bool keep) {
     stream.expires_never();
     auto wait = std::min<long>(*t.wait_ms, static_cast<long>(srv.opts.max_wait.count()));
-    waiter = srv.store.wait(
-      t.scope, t.key,
-      [self = shared_from_this(), keep, snap = t.snapshot,
-       scope = t.scope](const std::optional<std::string>& v) {
-        self->waiter = 0;
-        self->wait_timer.cancel();
-        if (v)
-          self->reply(http::status::ok, snap ? self->snapshot(scope) : *v, keep);
-        else
-          self->reply(http::status::not_found, "", keep);
-      });
+    waiter =
+        srv.store.wait(t.scope, t.key,
+                       [self = shared_from_this(), keep, snap = t.snapshot,
+                        scope = t.scope](const std::optional<std::string>& v) {
+                         self->waiter = 0;
+                         self->wait_timer.cancel();
+                         if (v)
+                           self->reply(http::status::ok, snap ? self->snapshot(scope) : *v, keep);
+                         else
+                           self->reply(http::status::not_found, "", keep);
+                       });
     if (waiter == 0)
       return; // answered at once
     wait_timer.expires_after(std::chrono::milliseconds(wait));
@@ -287,7 +284,7 @@ rendezvous_server::rendezvous_server(rendezvous_options opts) : impl_(std::make_
   auto addr = net::ip::make_address(m.opts.bind, ec);
   if (ec)
     throw std::runtime_error(
-      fmt::format("rendezvous server: '{}' is not an IP address", m.opts.bind));
+        fmt::format("rendezvous server: '{}' is not an IP address", m.opts.bind));
   tcp::endpoint ep{addr, m.opts.port};
   m.acceptor.open(ep.protocol(), ec);
   if (!ec)
@@ -314,9 +311,13 @@ rendezvous_server::~rendezvous_server() {
   impl_->thread.join();
 }
 
-uint16_t rendezvous_server::port() const { return impl_->port; }
+uint16_t rendezvous_server::port() const {
+  return impl_->port;
+}
 
-const std::string& rendezvous_server::address() const { return impl_->address; }
+const std::string& rendezvous_server::address() const {
+  return impl_->address;
+}
 
 uint64_t rendezvous_server::init(const std::vector<slot_info>& plan) {
   std::promise<uint64_t> done;

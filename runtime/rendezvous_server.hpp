@@ -16,11 +16,11 @@
 namespace cafhvd {
 
 struct rendezvous_options {
-  std::string bind = "127.0.0.1";  // one address, never every interface by default
-  uint16_t port = 0;               // 0 = a free port
+  std::string bind = "127.0.0.1"; // one address, never every interface by default
+  uint16_t port = 0;              // 0 = a free port
   size_t max_connections = 1024;
   std::chrono::milliseconds request_timeout{10000}; // to receive one whole request
-  std::chrono::milliseconds max_wait{600000};        // cap of a long-poll GET
+  std::chrono::milliseconds max_wait{600000};       // cap of a long-poll GET
   kv_store::limits limits;
 };
 
@@ -41,8 +41,8 @@ struct rendezvous_answer {
   long wait_ms = 0;
 };
 
-rendezvous_answer answer_request(kv_store& store, std::string_view method,
-                                 std::string_view target, std::string body, bool has_length);
+rendezvous_answer answer_request(kv_store& store, std::string_view method, std::string_view target,
+                                 std::string body, bool has_length);
 
 class rendezvous_server {
 public:

@@ -23,18 +23,26 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-enum query : uint8_t { set_q, compare_set_q, get_q, add_q, check_q, wait_q, num_keys_q,
-                       watch_q, delete_q };
-constexpr uint64_t max_item = 64u << 20;       // one key or value
-constexpr size_t max_buffered = 128u << 20;    // one connection's unparsed input
+enum query : uint8_t {
+  set_q,
+  compare_set_q,
+  get_q,
+  add_q,
+  check_q,
+  wait_q,
+  num_keys_q,
+  watch_q,
+  delete_q
+};
+constexpr uint64_t max_item = 64u << 20;    // one key or value
+constexpr size_t max_buffered = 128u << 20; // one connection's unparsed input
 
 // Reads from a byte buffer; every read reports whether enough bytes were there.
 struct reader {
   const std::vector<char>& buf;
   size_t pos = 0;
   bool ok = true;
-  template <class T>
-  T value() {
+  template <class T> T value() {
     T v{};
     if (!ok || buf.size() - pos < sizeof(T)) {
       ok = false;
@@ -59,8 +67,7 @@ struct reader {
   }
 };
 
-template <class T>
-void put(std::string& out, T v) {
+template <class T> void put(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
@@ -113,98 +120,98 @@ struct torch_store_server::impl::session : std::enable_shared_from_this<session>
       try {
         auto q = r.value<uint8_t>();
         switch (q) {
-          case set_q: {
-            auto k = r.bytes();
-            auto v = r.bytes();
-            if (!r.ok)
-              return read();
-            srv.data[k] = std::move(v);
-            consume(r.pos);
-            srv.wake();
-            continue;
-          }
-          case compare_set_q: {
-            auto k = r.bytes();
-            auto expected = r.bytes();
-            auto desired = r.bytes();
-            if (!r.ok)
-              return read();
-            auto it = srv.data.find(k);
-            std::string current;
-            if (it == srv.data.end()) {
-              if (expected.empty()) {
-                srv.data[k] = desired;
-                current = desired;
-              } else {
-                current = expected;
-              }
-            } else if (it->second == expected) {
-              it->second = desired;
+        case set_q: {
+          auto k = r.bytes();
+          auto v = r.bytes();
+          if (!r.ok)
+            return read();
+          srv.data[k] = std::move(v);
+          consume(r.pos);
+          srv.wake();
+          continue;
+        }
+        case compare_set_q: {
+          auto k = r.bytes();
+          auto expected = r.bytes();
+          auto desired = r.bytes();
+          if (!r.ok)
+            return read();
+          auto it = srv.data.find(k);
+          std::string current;
+          if (it == srv.data.end()) {
+            if (expected.empty()) {
+              srv.data[k] = desired;
               current = desired;
             } else {
-              current = it->second;
+              current = expected;
             }
-            put<uint64_t>(reply, current.size());
-            reply += current;
-            break;
+          } else if (it->second == expected) {
+            it->second = desired;
+            current = desired;
+          } else {
+            current = it->second;
           }
-          case get_q: {
-            auto k = r.bytes();
-            if (!r.ok)
-              return read();
-            auto it = srv.data.find(k);
-            auto v = it == srv.data.end() ? std::string{} : it->second;
-            put<uint64_t>(reply, v.size());
-            reply += v;
-            break;
-          }
-          case add_q: {
-            auto k = r.bytes();
-            auto n = r.value<int64_t>();
-            if (!r.ok)
-              return read();
-            auto& slot = srv.data[k];
-            int64_t v = (slot.empty() ? 0 : std::stoll(slot)) + n;
-            slot = std::to_string(v);
-            put<int64_t>(reply, v);
-            consume(r.pos);
-            send(reply);
-            srv.wake();
-            continue;
-          }
-          case check_q:
-          case wait_q: {
-            auto n = r.value<uint64_t>();
-            if (n > 65536)
-              return close();
-            bool all = true;
-            for (uint64_t i = 0; i < n && r.ok; ++i) {
-              auto k = r.bytes();
-              all = all && srv.data.count(k);
-            }
-            if (!r.ok)
-              return read();
-            if (q == wait_q && !all) {
-              srv.waiting.push_back(shared_from_this());
-              return; // serve() runs again when a key is set
-            }
-            put<uint8_t>(reply, q == check_q ? (all ? 0 : 1) : 0);
-            break;
-          }
-          case num_keys_q:
-            put<int64_t>(reply, static_cast<int64_t>(srv.data.size()));
-            break;
-          case delete_q: {
-            auto k = r.bytes();
-            if (!r.ok)
-              return read();
-            put<int64_t>(reply, static_cast<int64_t>(srv.data.erase(k)));
-            break;
-          }
-          default: // watch_q (callbacks) and anything unknown are not served
-            if (std::getenv("CAF_HVD_DEBUG_STORE"))
-              std::fprintf(stderr, "torch store: query %d not served\n", q);
+          put<uint64_t>(reply, current.size());
+          reply += current;
+          break;
+        }
+        case get_q: {
+          auto k = r.bytes();
+          if (!r.ok)
+            return read();
+          auto it = srv.data.find(k);
+          auto v = it == srv.data.end() ? std::string{} : it->second;
+          put<uint64_t>(reply, v.size());
+          reply += v;
+          break;
+        }
+        case add_q: {
+          auto k = r.bytes();
+          auto n = r.value<int64_t>();
+          if (!r.ok)
+            return read();
+          auto& slot = srv.data[k];
+          int64_t v = (slot.empty() ? 0 : std::stoll(slot)) + n;
+          slot = std::to_string(v);
+          put<int64_t>(reply, v);
+          consume(r.pos);
+          send(reply);
+          srv.wake();
+          continue;
+        }
+        case check_q:
+        case wait_q: {
+          auto n = r.value<uint64_t>();
+          if (n > 65536)
             return close();
+          bool all = true;
+          for (uint64_t i = 0; i < n && r.ok; ++i) {
+            auto k = r.bytes();
+            all = all && srv.data.count(k);
+          }
+          if (!r.ok)
+            return read();
+          if (q == wait_q && !all) {
+            srv.waiting.push_back(shared_from_this());
+            return; // serve() runs again when a key is set
+          }
+          put<uint8_t>(reply, q == check_q ? (all ? 0 : 1) : 0);
+          break;
+        }
+        case num_keys_q:
+          put<int64_t>(reply, static_cast<int64_t>(srv.data.size()));
+          break;
+        case delete_q: {
+          auto k = r.bytes();
+          if (!r.ok)
+            return read();
+          put<int64_t>(reply, static_cast<int64_t>(srv.data.erase(k)));
+          break;
+        }
+        default: // watch_q (callbacks) and anything unknown are not served
+          if (std::getenv("CAF_HVD_DEBUG_STORE"))
+            std::fprintf(stderr, "torch store: query %d not served\n", q);
+          return close();
         }
       } catch (const std::exception& e) {
         if (std::getenv("CAF_HVD_DEBUG_STORE"))
@@ -229,13 +236,12 @@ struct torch_store_server::impl::session : std::enable_shared_from_this<session>
     writing = true;
     auto data = std::make_shared<std::string>(std::move(out));
     out.clear();
-    net::async_write(sock, net::buffer(*data),
-                     [self = shared_from_this(), data](auto ec, size_t) {
-                       self->writing = false;
-                       if (ec)
-                         return self->close();
-                       self->flush();
-                     });
+    net::async_write(sock, net::buffer(*data), [self = shared_from_this(), data](auto ec, size_t) {
+      self->writing = false;
+      if (ec)
+        return self->close();
+      self->flush();
+    });
   }
 
   void close() {
@@ -264,7 +270,7 @@ void torch_store_server::impl::accept() {
 }
 
 torch_store_server::torch_store_server(const std::string& bind, uint16_t port)
-  : impl_(std::make_unique<impl>()) {
+    : impl_(std::make_unique<impl>()) {
   boost::system::error_code ec;
   auto addr = net::ip::make_address(bind, ec);
   tcp::endpoint ep{addr, port};
@@ -278,7 +284,7 @@ torch_store_server::torch_store_server(const std::string& bind, uint16_t port)
     impl_->acceptor.listen(4096, ec);
   if (ec)
     throw std::runtime_error(
-      fmt::format("torch store: cannot listen on {}:{}: {}", bind, port, ec.message()));
+        fmt::format("torch store: cannot listen on {}:{}: {}", bind, port, ec.message()));
   impl_->accept();
   impl_->thread = std::thread{[this] { impl_->io.run(); }};
 }
@@ -292,6 +298,8 @@ torch_store_server::~torch_store_server() {
   impl_->thread.join();
 }
 
-uint16_t torch_store_server::port() const { return impl_->acceptor.local_endpoint().port(); }
+uint16_t torch_store_server::port() const {
+  return impl_->acceptor.local_endpoint().port();
+}
 
 } // namespace cafhvd

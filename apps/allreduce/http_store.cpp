@@ -42,13 +42,8 @@ std::string encode(const std::string& s) {
 
 http_store::http_store(std::string host, uint16_t port, std::string scope, int rank,
                        std::chrono::milliseconds timeout)
-  : host_(std::move(host)),
-    port_(port),
-    scope_(std::move(scope)),
-    rank_(rank),
-    timeout_(timeout),
-    conn_(std::make_unique<connection>()) {
-}
+    : host_(std::move(host)), port_(port), scope_(std::move(scope)), rank_(rank), timeout_(timeout),
+      conn_(std::make_unique<connection>()) {}
 
 http_store::~http_store() = default;
 
@@ -97,7 +92,7 @@ void http_store::set(const std::string& key, const std::vector<char>& data) {
   auto res = request("PUT", key, "", std::string(data.begin(), data.end()));
   if (res.status != 200)
     throw gloo::IoException(
-      fmt::format("rendezvous server refused PUT {}/{}: HTTP {}", scope_, key, res.status));
+        fmt::format("rendezvous server refused PUT {}/{}: HTTP {}", scope_, key, res.status));
 }
 
 std::string http_store::fetch(const std::string& key, std::chrono::milliseconds timeout) {
@@ -106,7 +101,7 @@ std::string http_store::fetch(const std::string& key, std::chrono::milliseconds 
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
       break;
     auto res = request("GET", key, fmt::format("?wait_ms={}&snapshot=1", left.count()), "");
@@ -115,16 +110,16 @@ std::string http_store::fetch(const std::string& key, std::chrono::milliseconds 
       if (auto it = cache_.find(key); it != cache_.end())
         return it->second;
       throw gloo::IoException(
-        fmt::format("rendezvous server's snapshot of scope '{}' lacks key '{}'", scope_, key));
+          fmt::format("rendezvous server's snapshot of scope '{}' lacks key '{}'", scope_, key));
     }
     if (res.status != 404)
-      throw gloo::IoException(
-        fmt::format("rendezvous server answered GET {}/{} with HTTP {}", scope_, key, res.status));
+      throw gloo::IoException(fmt::format("rendezvous server answered GET {}/{} with HTTP {}",
+                                          scope_, key, res.status));
   }
   throw gloo::IoException(fmt::format(
-    "timed out after {} s waiting for key '{}' of scope '{}' on the rendezvous server (raise "
-    "HOROVOD_GLOO_TIMEOUT_SECONDS if peers start slowly)",
-    timeout.count() / 1000.0, key, scope_));
+      "timed out after {} s waiting for key '{}' of scope '{}' on the rendezvous server (raise "
+      "HOROVOD_GLOO_TIMEOUT_SECONDS if peers start slowly)",
+      timeout.count() / 1000.0, key, scope_));
 }
 
 void http_store::absorb_snapshot(const std::string& body) {
@@ -152,7 +147,9 @@ std::vector<char> http_store::get(const std::string& key) {
   return {v.begin(), v.end()};
 }
 
-void http_store::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+void http_store::wait(const std::vector<std::string>& keys) {
+  wait(keys, timeout_);
+}
 
 void http_store::wait(const std::vector<std::string>& keys,
                       const std::chrono::milliseconds& timeout) {
@@ -160,7 +157,7 @@ void http_store::wait(const std::vector<std::string>& keys,
   for (auto& k : keys)
     fetch(k, std::max(std::chrono::milliseconds(1),
                       std::chrono::duration_cast<std::chrono::milliseconds>(
-                        deadline - std::chrono::steady_clock::now())));
+                          deadline - std::chrono::steady_clock::now())));
 }
 
 std::optional<std::string> http_store::try_get(const std::string& key) {

@@ -255,8 +255,8 @@ void check(const scope_context& sc, const std::vector<float>& buf, int world_ran
   for (size_t i = 0; i < buf.size(); ++i) {
     if (buf[i] != expected_sum(i, n))
       throw std::runtime_error(fmt::format(
-        "rank {}: wrong sum in the {} context (size {}) at element {} of {}: got {}, expected {}",
-        world_rank, sc.name, n, i, buf.size(), buf[i], expected_sum(i, n)));
+          "rank {}: wrong sum in the {} context (size {}) at element {} of {}: got {}, expected {}",
+          world_rank, sc.name, n, i, buf.size(), buf[i], expected_sum(i, n)));
   }
 }
 
@@ -264,8 +264,8 @@ int connect_bench(const options& opts, int rank, int size, const std::string& ad
                   std::shared_ptr<gloo::transport::Device>& dev,
                   std::chrono::milliseconds timeout) {
   if (opts.start_at_ms > 0)
-    std::this_thread::sleep_until(std::chrono::system_clock::time_point{
-      std::chrono::milliseconds(opts.start_at_ms)});
+    std::this_thread::sleep_until(
+        std::chrono::system_clock::time_point{std::chrono::milliseconds(opts.start_at_ms)});
   auto t0 = clock_type::now();
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   ctx->setTimeout(timeout);
@@ -326,8 +326,8 @@ int main(int argc, char** argv) {
     phase = "rendezvous";
     std::vector<scope_context> contexts;
     contexts.push_back(connect_scope("global", "global", rank, size, addr, port, dev, timeout));
-    contexts.push_back(connect_scope("local", "local_" + host, local_rank, local_size, addr, port,
-                                     dev, timeout));
+    contexts.push_back(
+        connect_scope("local", "local_" + host, local_rank, local_size, addr, port, dev, timeout));
     contexts.push_back(connect_scope("cross", "cross_" + std::to_string(local_rank), cross_rank,
                                      cross_size, addr, port, dev, timeout));
     // Published in an ad-hoc scope that outlives the planned ones' cleanup.
@@ -340,8 +340,7 @@ int main(int argc, char** argv) {
     std::printf("rank %d/%d on %s: local %d/%d, cross %d/%d, iface %s, rendezvous %s:%d\n", rank,
                 size, host.c_str(), local_rank, local_size, cross_rank, cross_size,
                 iface.empty() ? "(default)" : iface.c_str(), addr.c_str(), port);
-    auto connect_ms =
-      std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    auto connect_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
     if (rank == 0)
       std::printf("caf-hvd-allreduce: %d ranks, contexts global/local/cross connected in %.1f ms "
                   "(%s)\n",

@@ -34,9 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto req = parser.release();
     auto verb = req.method_string();
     auto target = req.target();
-    auto a = cafhvd::answer_request(store, {verb.data(), verb.size()},
-                                    {target.data(), target.size()}, std::move(req.body()),
-                                    req.has_content_length() || req.chunked());
+    auto a =
+        cafhvd::answer_request(store, {verb.data(), verb.size()}, {target.data(), target.size()},
+                               std::move(req.body()), req.has_content_length() || req.chunked());
     if (a.status != 0 && (a.status < 200 || a.status > 599))
       __builtin_trap();
     rest.remove_prefix(used);

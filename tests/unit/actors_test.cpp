@@ -19,7 +19,7 @@ struct fixture {
   hvd_config cfg;
   caf::actor_system sys{init(cfg)};
   caf::scheduler::test_coordinator& sched =
-    dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
 };
 
 } // namespace
@@ -33,10 +33,10 @@ TEST_CASE_FIXTURE(fixture, "coordinator registers ranks in order and computes 3+
     for (auto node : {"A", "A", "A", "B"})
       self->request(coord, caf::infinite, register_atom::value, std::string{node},
                     std::string{node}, static_cast<uint32_t>(r++))
-        .then([](caf::ok_atom) {}, [&](caf::error& e) { error = sys.render(e); });
+          .then([](caf::ok_atom) {}, [&](caf::error& e) { error = sys.render(e); });
     self->request(coord, caf::infinite, finalize_atom::value)
-      .then([&](std::vector<rank_info>& xs) { infos = xs; },
-            [&](caf::error& e) { error = sys.render(e); });
+        .then([&](std::vector<rank_info>& xs) { infos = xs; },
+              [&](caf::error& e) { error = sys.render(e); });
   });
   sched.run();
   CHECK(error.empty());
@@ -56,7 +56,7 @@ TEST_CASE_FIXTURE(fixture, "coordinator refuses a rank registered twice") {
     for (auto node : {"A", "B"})
       self->request(coord, caf::infinite, register_atom::value, std::string{node},
                     std::string{node}, uint32_t{0})
-        .then([](caf::ok_atom) {}, [&](caf::error& e) { error = sys.render(e); });
+          .then([](caf::ok_atom) {}, [&](caf::error& e) { error = sys.render(e); });
   });
   sched.run();
   CHECK(error.find("rank 0 registered twice") != std::string::npos);

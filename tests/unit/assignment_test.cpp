@@ -127,7 +127,7 @@ TEST_CASE("get_host_assignments: too few slots and duplicate hosts") {
 
 TEST_CASE("the coordinator's plan matches get_host_assignments for colocated ranks") {
   for (auto layout : std::vector<std::vector<std::pair<std::string, int>>>{
-         {{"A", 2}, {"B", 2}}, {{"A", 3}, {"B", 1}}, {{"A", 1}, {"B", 2}, {"C", 1}}}) {
+           {{"A", 2}, {"B", 2}}, {{"A", 3}, {"B", 1}}, {{"A", 1}, {"B", 2}, {"C", 1}}}) {
     std::vector<host_slots> hosts;
     int np = 0;
     for (auto& [h, n] : layout) {

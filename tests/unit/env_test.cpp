@@ -66,8 +66,8 @@ TEST_CASE("--env arguments are validated") {
 }
 
 TEST_CASE("forwarded environment drops per-shell state") {
-  const char* vars[] = {"PATH=/bin", "PWD=/x", "SHLVL=2", "BASH_FUNC_f%%=() {}", "HOME=/root",
-                        nullptr};
+  const char* vars[] = {"PATH=/bin",           "PWD=/x",     "SHLVL=2",
+                        "BASH_FUNC_f%%=() {}", "HOME=/root", nullptr};
   auto fwd = forwardable_environment(const_cast<char**>(vars));
   CHECK(fwd == std::vector<std::string>{"PATH=/bin", "HOME=/root"});
 }

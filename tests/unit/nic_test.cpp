@@ -12,7 +12,7 @@ probe_result ok(std::string iface, std::string local, std::string host, std::str
   return {std::move(iface), std::move(local), std::move(host), std::move(addr), true, ""};
 }
 probe_result bad(std::string iface, std::string local, std::string host, std::string addr) {
-  return {std::move(iface), std::move(local), std::move(host), std::move(addr), false,
+  return {std::move(iface),        std::move(local), std::move(host), std::move(addr), false,
           "Network is unreachable"};
 }
 
@@ -21,9 +21,8 @@ probe_result bad(std::string iface, std::string local, std::string host, std::st
 TEST_CASE("probes: a responder answers with its name and the address it saw") {
   probe_responder a{"node-a"};
   std::vector<interface_addr> local{{"lo", "127.0.0.1", 8, true}, {"lo2", "127.0.0.2", 8, true}};
-  auto results = probe_peers(local,
-                             {{"node-a", "127.0.0.1", a.port()}, {"node-x", "127.0.0.1", a.port()}},
-                             2s);
+  auto results = probe_peers(
+      local, {{"node-a", "127.0.0.1", a.port()}, {"node-x", "127.0.0.1", a.port()}}, 2s);
   REQUIRE(results.size() == 4);
   CHECK(results[0].ok); // lo -> node-a
   CHECK(results[1].error.find("answered by node 'node-a'") != std::string::npos);
@@ -39,9 +38,9 @@ TEST_CASE("probes: refused and silent peers fail within the timeout") {
     dead = gone.port();
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto results = probe_peers({{"lo", "127.0.0.1", 8, true}},
-                             {{"gone", "127.0.0.1", dead}, {"node-b", "192.0.2.1", a.port()}},
-                             300ms);
+  auto results =
+      probe_peers({{"lo", "127.0.0.1", 8, true}},
+                  {{"gone", "127.0.0.1", dead}, {"node-b", "192.0.2.1", a.port()}}, 300ms);
   CHECK(std::chrono::steady_clock::now() - t0 < 1s);
   REQUIRE(results.size() == 2);
   CHECK_FALSE(results[0].ok);
@@ -50,13 +49,13 @@ TEST_CASE("probes: refused and silent peers fail within the timeout") {
 
 TEST_CASE("choice: per-host interfaces with different names, decoys left out") {
   std::vector<host_interfaces> hosts{
-    {"h0", {{"dummy0", "10.214.0.1", 24, false}, {"eth0", "10.213.7.1", 24, false}}},
-    {"h1", {{"abc0", "10.214.1.1", 24, false}, {"ens5", "10.213.7.2", 24, false}}},
+      {"h0", {{"dummy0", "10.214.0.1", 24, false}, {"eth0", "10.213.7.1", 24, false}}},
+      {"h1", {{"abc0", "10.214.1.1", 24, false}, {"ens5", "10.213.7.2", 24, false}}},
   };
   std::vector<std::vector<probe_result>> results{
-    {bad("dummy0", "10.214.0.1", "h1", "10.213.7.2"), ok("eth0", "10.213.7.1", "h1", "10.213.7.2"),
-     bad("eth0", "10.213.7.1", "h1", "10.214.1.1")},
-    {bad("abc0", "10.214.1.1", "h0", "10.213.7.1"), ok("ens5", "10.213.7.2", "h0", "10.213.7.1")},
+      {bad("dummy0", "10.214.0.1", "h1", "10.213.7.2"),
+       ok("eth0", "10.213.7.1", "h1", "10.213.7.2"), bad("eth0", "10.213.7.1", "h1", "10.214.1.1")},
+      {bad("abc0", "10.214.1.1", "h0", "10.213.7.1"), ok("ens5", "10.213.7.2", "h0", "10.213.7.1")},
   };
   auto c = choose_interfaces(hosts, results, {});
   REQUIRE(c.size() == 2);
@@ -82,8 +81,9 @@ TEST_CASE("choice: a named interface that does not work is an error naming host 
                                      {"h1", {{"dummy0", "10.214.1.1", 24, false}}}};
   std::vector<std::vector<probe_result>> results{{bad("dummy0", "10.214.0.1", "h1", "10.214.1.1")},
                                                  {bad("dummy0", "10.214.1.1", "h0", "10.214.0.1")}};
-  CHECK_THROWS_WITH(choose_interfaces(hosts, results, {"dummy0"}),
-                    doctest::Contains("interface dummy0 on host h0 does not reach every other host"));
+  CHECK_THROWS_WITH(
+      choose_interfaces(hosts, results, {"dummy0"}),
+      doctest::Contains("interface dummy0 on host h0 does not reach every other host"));
 }
 
 TEST_CASE("candidates: loopback excluded, names restrict, a host without them is named") {

@@ -90,8 +90,7 @@ TEST_CASE("a missing working directory is an error at start") {
   collector c;
   auto spec = sh("true");
   spec.cwd = "/no/such/dir";
-  CHECK_THROWS_WITH(child_process(spec, c.output(), c.exit()),
-                    doctest::Contains("/no/such/dir"));
+  CHECK_THROWS_WITH(child_process(spec, c.output(), c.exit()), doctest::Contains("/no/such/dir"));
 }
 
 TEST_CASE("signals reach the whole group and are reported as such") {

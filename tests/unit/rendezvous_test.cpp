@@ -39,7 +39,7 @@ std::string read_all(int fd, std::chrono::milliseconds timeout = 3s) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0)
       break;
     pollfd p{fd, POLLIN, 0};
@@ -97,7 +97,7 @@ TEST_CASE("store: plan sizes, per-scope finish counting, no cross-scope clearing
     s.put("global", k, "addr");
   s.put("local_B", "0", "x");
   s.finish("global", "0");
-  s.finish("global", "0"); // idempotent per rank
+  s.finish("global", "0");  // idempotent per rank
   s.finish("local_B", "0"); // scope of one: cleared at once ...
   CHECK(s.key_count("local_B") == 0);
   CHECK(s.key_count("global") == 4); // ... without touching global's progress (P1)
@@ -162,8 +162,8 @@ TEST_CASE("server: PUT, GET, 404, DELETE with Horovod's exact headers") {
   CHECK(status_of(request(srv.port(), "DELETE", "/global/0")) == 200);
   // Horovod's HTTPRequest client: HTTP/1.1 with Content-Length: 0 on GET, no Connection
   // header; it reads Content-Length bytes and closes.
-  auto hv = raw(srv.port(), "GET /global/0 HTTP/1.1\r\nHost: 127.0.0.1:1\r\nContent-Length: 0\r\n\r\n",
-                500ms);
+  auto hv = raw(srv.port(),
+                "GET /global/0 HTTP/1.1\r\nHost: 127.0.0.1:1\r\nContent-Length: 0\r\n\r\n", 500ms);
   CHECK(status_of(hv) == 200);
   CHECK(body_of(hv) == blob);
 }
@@ -193,8 +193,8 @@ TEST_CASE("server: malformed requests get 4xx or a closed connection, and it kee
   srv.init(plan_3_plus_1());
   auto p = srv.port();
   CHECK(status_of(request(p, "GET", "/onlyscope")) == 400);
-  CHECK(status_of(request(p, "GET", "/a/b/c")) == 400);        // key with '/'
-  CHECK(status_of(request(p, "GET", "/a/%zz")) == 400);        // bad escape
+  CHECK(status_of(request(p, "GET", "/a/b/c")) == 400); // key with '/'
+  CHECK(status_of(request(p, "GET", "/a/%zz")) == 400); // bad escape
   CHECK(status_of(request(p, "GET", "/a/b?bogus=1")) == 400);
   CHECK(status_of(request(p, "PUT", "/a/b", "x", false)) == 411); // no Content-Length
   CHECK(status_of(request(p, "PUT", "/a/b", std::string(2048, 'x'))) == 413);

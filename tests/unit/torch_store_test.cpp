@@ -28,15 +28,14 @@ struct client {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   }
   ~client() { ::close(fd); }
-  template <class T>
-  void put(std::string& out, T v) {
+  template <class T> void put(std::string& out, T v) {
     out.append(reinterpret_cast<const char*>(&v), sizeof(T));
   }
   void str(std::string& out, const std::string& s) {
     put<uint64_t>(out, s.size());
     out += s;
   }
-  void send(const std::string& s) { REQUIRE(::write(fd, s.data(), s.size()) == (ssize_t) s.size()); }
+  void send(const std::string& s) { REQUIRE(::write(fd, s.data(), s.size()) == (ssize_t)s.size()); }
   std::string recv(size_t n) {
     std::string out(n, '\0');
     size_t got = 0;
@@ -100,7 +99,7 @@ TEST_CASE("torch store: add, set, get, check and a wait that ends when the key i
   a.set("late", "x");
   t.join();
   CHECK(waited == std::string(1, '\x00')); // STOP_WAITING
-  CHECK(a.get("late") == "x"); // same connection: in order after its SET
+  CHECK(a.get("late") == "x");             // same connection: in order after its SET
 }
 
 TEST_CASE("torch store: garbage ends that connection only") {
