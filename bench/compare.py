@@ -33,6 +33,18 @@ def timed(cmd, env=None):
     return (time.perf_counter() - t0) * 1000, r
 
 
+def alternate(configs, runs, env):
+    """Runs every command of `configs` once per round, `runs` rounds; ms per name."""
+    res = {k: [] for k in configs}
+    for _ in range(runs):
+        for k, cmd in configs.items():
+            ms, r = timed(cmd, env)
+            if r.returncode != 0:
+                sys.exit(f"{k} failed: {r.stderr[-800:]}")
+            res[k].append(ms)
+    return res
+
+
 def summary(xs):
     return f"{statistics.median(xs):9.1f} | {min(xs):8.1f} - {max(xs):8.1f}"
 
@@ -63,13 +75,7 @@ def main():
                                                      "--monitor_interval", "0.1", "--no_python",
                                                      "/bin/true"],
         }
-        res = {k: [] for k in configs}
-        for _ in range(a.runs):
-            for k, cmd in configs.items():
-                ms, r = timed(cmd, env)
-                if r.returncode != 0:
-                    sys.exit(f"{k} failed: {r.stderr[-500:]}")
-                res[k].append(ms)
+        res = alternate(configs, a.runs, env)
         base = statistics.median(res["caf-hvd run"])
         for k in configs:
             print(f"| {k} | {n} | {summary(res[k])} | "
@@ -85,13 +91,7 @@ def main():
             "torchrun --monitor_interval 0.1": tr + ["--nproc_per_node", str(n),
                                                      "--monitor_interval", "0.1", prog],
         }
-        res = {k: [] for k in configs}
-        for _ in range(a.runs):
-            for k, cmd in configs.items():
-                ms, r = timed(cmd, env)
-                if r.returncode != 0:
-                    sys.exit(f"{k} failed: {r.stderr[-800:]}")
-                res[k].append(ms)
+        res = alternate(configs, a.runs, env)
         ratio = statistics.median(res["torchrun --monitor_interval 0.1"]) / statistics.median(
             res["caf-hvd run"])
         for k in configs:
