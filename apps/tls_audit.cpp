@@ -154,12 +154,12 @@ extern "C" int SSL_accept(SSL* ssl) {
   }
   auto code = ERR_peek_last_error();
   // A peer that connects and leaves without a byte (a driver's reachability check, a
-  // port scan) is not an admission attempt.
-  if (ERR_GET_REASON(code) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+  // port scan) is not an admission attempt: OpenSSL reports an unexpected EOF, or, when
+  // the close arrives with the first read, no error at all.
+  if (code == 0 || ERR_GET_REASON(code) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
     return rc;
-  char reason[256] = "connection closed during the handshake";
-  if (code)
-    ERR_error_string_n(code, reason, sizeof(reason));
+  char reason[256];
+  ERR_error_string_n(code, reason, sizeof(reason));
   unsigned suppressed = 0;
   if (may_log(suppressed)) {
     if (suppressed)
