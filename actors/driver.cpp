@@ -829,6 +829,8 @@ private:
 
 driver_full_actor spawn_driver(caf::actor_system& sys, job_config job,
                                std::shared_ptr<job_result> result) {
+  if (job.elastic)
+    return spawn_elastic_driver(sys, std::move(job), std::move(result));
   return sys.spawn<driver_impl>(std::move(job), std::move(result));
 }
 

@@ -4,13 +4,28 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/protocol.hpp"
+#include "runtime/elastic.hpp"
 #include "runtime/host_spec.hpp"
 
 namespace cafhvd {
+
+/// horovodrun's elastic flags (`caf-hvd driver --host-discovery-script ...`).
+struct elastic_config {
+  std::string discovery_script;
+  int min_np = 1;
+  std::optional<int> max_np;
+  std::optional<uint32_t> slots_per_host;
+  std::chrono::milliseconds elastic_timeout{600000};
+  std::optional<int> reset_limit;
+  std::optional<cooldown_range> cooldown;
+  std::chrono::milliseconds discovery_interval{1000};
+  std::chrono::milliseconds discovery_timeout{30000}; // one run of the script
+};
 
 /// Everything the user asked for, validated by the command line front end.
 struct job_config {
@@ -29,6 +44,7 @@ struct job_config {
   bool verbose = false;
   bool tls = true;         // connect to node agents through mutual TLS (false: --insecure)
   bool torch_store = true; // serve torch's store at MASTER_PORT (false: a free port)
+  std::optional<elastic_config> elastic; // set: hosts come from discovery, not `hosts`
 };
 
 /// Filled in by the driver before it quits.
@@ -39,5 +55,9 @@ struct job_result {
 /// Spawns the driver for `job`; the result is set when the driver actor terminates.
 driver_full_actor spawn_driver(caf::actor_system& sys, job_config job,
                                std::shared_ptr<job_result> result);
+
+/// The elastic driver (job.elastic set); spawn_driver picks it.
+driver_full_actor spawn_elastic_driver(caf::actor_system& sys, job_config job,
+                                       std::shared_ptr<job_result> result);
 
 } // namespace cafhvd

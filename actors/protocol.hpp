@@ -37,6 +37,10 @@ using rendezvous_atom = caf::atom_constant<caf::atom("rendezvous")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
 using tstore_atom = caf::atom_constant<caf::atom("tstore")>;
 using probed_atom = caf::atom_constant<caf::atom("probed")>;
+using discover_atom = caf::atom_constant<caf::atom("discover")>;
+using vote_atom = caf::atom_constant<caf::atom("vote")>;
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
 constexpr hostname_atom hostname_atom_v{};
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
@@ -55,6 +59,10 @@ constexpr rendezvous_atom rendezvous_atom_v{};
 constexpr probe_atom probe_atom_v{};
 constexpr tstore_atom tstore_atom_v{};
 constexpr probed_atom probed_atom_v{};
+constexpr discover_atom discover_atom_v{};
+constexpr vote_atom vote_atom_v{};
+constexpr rejoin_atom rejoin_atom_v{};
+constexpr retire_atom retire_atom_v{};
 
 // -- messages ------------------------------------------------------------------------
 

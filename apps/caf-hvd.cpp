@@ -12,6 +12,7 @@
 #include <netdb.h>
 #include <arpa/inet.h>
 #include <thread>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -286,10 +287,15 @@ struct job_options {
   std::string output_dir, hosts, hostfile, nics, cluster;
   std::vector<std::string> env;
   std::vector<std::string> command;
+  // elastic (driver only)
+  std::string discovery_script;
+  int min_np = 0, max_np = 0, reset_limit = -1, slots_per_host = 0;
+  double elastic_timeout = 600, discovery_interval = 1;
+  std::vector<double> cooldown;
 
   job_options(const std::string& title, bool with_hosts) : desc{title} {
-    desc.add_options()("help,h", "show this help")("np", po::value(&np)->required(),
-                                                   "number of ranks")(
+    desc.add_options()("help,h", "show this help")("np", po::value(&np),
+                                                   "number of ranks (elastic: the initial minimum)")(
         "start-timeout", po::value(&start_timeout)->default_value(30),
         "seconds for every rank to be placed and started")(
         "kill-grace-seconds", po::value(&kill_grace)->default_value(5),
@@ -310,9 +316,92 @@ struct job_options {
           "cluster-dir", po::value(&cluster),
           "the cluster's credentials (see 'caf-hvd cluster init')")(
           "insecure", "talk to node agents without TLS (trusted networks only)");
+    if (with_hosts)
+      desc.add_options()("host-discovery-script", po::value(&discovery_script),
+                         "elastic job: executable printing the available hosts, one "
+                         "HOST[:PORT][:SLOTS] per line")(
+          "min-np", po::value(&min_np), "elastic: fewest ranks to run with (default: -np)")(
+          "max-np", po::value(&max_np), "elastic: most ranks to run with (default: all slots)")(
+          "slots-per-host", po::value(&slots_per_host),
+          "elastic: slots of a discovered host that prints no slot count")(
+          "elastic-timeout", po::value(&elastic_timeout),
+          "elastic: seconds to wait for --min-np slots (default: $HOROVOD_ELASTIC_TIMEOUT or "
+          "600)")(
+          "reset-limit", po::value(&reset_limit),
+          "elastic: stop the job after this many resets (default: no limit)")(
+          "blacklist-cooldown-range", po::value(&cooldown)->multitoken(),
+          "elastic: LOW HIGH seconds; a failed host returns after LOW*2^failures+jitter, "
+          "clamped to [LOW, HIGH] (default: never)")(
+          "discovery-interval", po::value(&discovery_interval)->default_value(1),
+          "elastic: seconds between runs of the discovery script");
     desc.add_options()("command", po::value(&command)->composing(), "the command to run");
   }
 };
+
+// Validates the elastic flags (horovodrun's names and rules, with clearer errors).
+elastic_config elastic_options(const job_options& o, const po::variables_map& vm) {
+  elastic_config ec;
+  if (!o.hosts.empty() || !o.hostfile.empty())
+    throw usage_error("--host-discovery-script replaces -H/--hostfile: list the hosts from the "
+                      "script");
+  ec.discovery_script = o.discovery_script;
+  struct stat st {};
+  if (::stat(ec.discovery_script.c_str(), &st) != 0)
+    throw usage_error(fmt::format("--host-discovery-script {}: {}", ec.discovery_script,
+                                  std::strerror(errno)));
+  if (!S_ISREG(st.st_mode) || ::access(ec.discovery_script.c_str(), X_OK) != 0)
+    throw usage_error(fmt::format("--host-discovery-script {}: not an executable file (chmod +x "
+                                  "it, and start it with #!/bin/sh or similar)",
+                                  ec.discovery_script));
+  ec.min_np = vm.count("min-np") ? o.min_np : vm.count("np") ? o.np : 1;
+  if (ec.min_np < 1)
+    throw usage_error(fmt::format("--min-np {}: need at least 1 rank", ec.min_np));
+  if (vm.count("np") && vm.count("min-np") && o.np < o.min_np)
+    throw usage_error(fmt::format("-np {} is below --min-np {}", o.np, o.min_np));
+  if (vm.count("max-np")) {
+    if (o.max_np < ec.min_np)
+      throw usage_error(
+          fmt::format("--max-np {} is below the minimum of {} ranks", o.max_np, ec.min_np));
+    ec.max_np = o.max_np;
+  }
+  if (vm.count("slots-per-host")) {
+    if (o.slots_per_host < 1)
+      throw usage_error(fmt::format("--slots-per-host {}: need at least 1", o.slots_per_host));
+    ec.slots_per_host = static_cast<uint32_t>(o.slots_per_host);
+  }
+  double timeout = o.elastic_timeout;
+  if (!vm.count("elastic-timeout"))
+    if (const char* env = std::getenv("HOROVOD_ELASTIC_TIMEOUT"); env && *env) {
+      try {
+        timeout = std::stod(env);
+      } catch (const std::exception&) {
+        throw usage_error(fmt::format("HOROVOD_ELASTIC_TIMEOUT='{}' is not a number", env));
+      }
+    }
+  if (!(timeout > 0))
+    throw usage_error("--elastic-timeout must be a positive number of seconds");
+  ec.elastic_timeout = std::chrono::milliseconds(static_cast<long>(timeout * 1000));
+  if (vm.count("reset-limit")) {
+    if (o.reset_limit < 0)
+      throw usage_error(fmt::format("--reset-limit {} must not be negative", o.reset_limit));
+    ec.reset_limit = o.reset_limit;
+  }
+  if (vm.count("blacklist-cooldown-range")) {
+    if (o.cooldown.size() != 2)
+      throw usage_error("--blacklist-cooldown-range takes two numbers: LOW HIGH (seconds)");
+    auto lo = o.cooldown[0], hi = o.cooldown[1];
+    if (!(lo >= 1) || !(hi <= 3600) || !(lo <= hi))
+      throw usage_error(fmt::format("--blacklist-cooldown-range {} {}: need 1 <= LOW <= HIGH <= "
+                                    "3600",
+                                    lo, hi));
+    ec.cooldown = cooldown_range{lo, hi};
+  }
+  if (!(o.discovery_interval >= 0.01) || o.discovery_interval > 3600)
+    throw usage_error("--discovery-interval must be between 0.01 and 3600 seconds");
+  ec.discovery_interval =
+      std::chrono::milliseconds(static_cast<long>(o.discovery_interval * 1000));
+  return ec;
+}
 
 int run_job(int argc, char** argv, bool embedded) {
   auto title = embedded ? std::string{"caf-hvd run: run a whole job on this machine.\n\n"
@@ -339,7 +428,16 @@ int run_job(int argc, char** argv, bool embedded) {
   job.torch_store = vm.count("free-master-port") == 0;
   if (o.command.empty())
     throw usage_error("no command given: put it after '--', e.g. caf-hvd run -np 2 -- hostname");
-  if (o.np < 1)
+  bool elastic = vm.count("host-discovery-script") > 0;
+  for (auto flag : {"min-np", "max-np", "slots-per-host", "elastic-timeout", "reset-limit",
+                    "blacklist-cooldown-range"})
+    if (!elastic && vm.count(flag))
+      throw usage_error(fmt::format("--{} belongs to elastic jobs: give --host-discovery-script "
+                                    "too",
+                                    flag));
+  if (!elastic && !vm.count("np"))
+    throw usage_error("-np is required: the number of ranks");
+  if (vm.count("np") && o.np < 1)
     throw usage_error(fmt::format("-np {}: need at least 1 rank", o.np));
   if (!(o.start_timeout > 0))
     throw usage_error("--start-timeout must be a positive number of seconds");
@@ -354,6 +452,9 @@ int run_job(int argc, char** argv, bool embedded) {
   }
   if (embedded) {
     job.hosts = {host_spec{"localhost", 0, static_cast<uint32_t>(o.np)}};
+  } else if (elastic) {
+    job.elastic = elastic_options(o, vm);
+    o.np = job.elastic->min_np;
   } else {
     if (o.hosts.empty() == o.hostfile.empty())
       throw usage_error("give the hosts with exactly one of -H/--hosts or --hostfile");
@@ -415,7 +516,7 @@ int run_job(int argc, char** argv, bool embedded) {
     creds = credentials_for(vm, o.cluster, "driver");
     job.tls = creds.has_value();
   }
-  if (!embedded) {
+  if (!embedded && !elastic) {
     // Every node agent must accept TCP before CAF connects (see check_tcp_reachable).
     std::vector<std::pair<std::string, uint16_t>> endpoints;
     for (size_t i = 0; i < job.addresses.size(); ++i)

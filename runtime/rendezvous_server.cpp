@@ -2,9 +2,11 @@
 // thread; sessions are asynchronous, so a thousand waiting ranks cost no threads.
 #include "runtime/rendezvous_server.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <future>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -140,6 +142,14 @@ struct rendezvous_server::impl {
 
   struct session;
   void accept();
+
+  // elastic endpoints (server thread only)
+  std::function<void(const std::string&, int)> on_vote;
+  std::map<std::string, std::vector<std::shared_ptr<session>>> held; // slot -> requests
+  uint64_t update_generation = 0;
+  std::string update_text;
+  std::vector<std::pair<uint64_t, std::shared_ptr<session>>> update_waiters;
+  void wake_update_waiters();
 };
 
 struct rendezvous_server::impl::session : std::enable_shared_from_this<session> {
@@ -149,6 +159,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   std::optional<http::request_parser<http::string_body>> parser;
   net::steady_timer wait_timer;
   uint64_t waiter = 0;
+  bool keep_alive = true; // of a held elastic request
 
   session(impl& s, tcp::socket sock) : srv(s), stream(std::move(sock)), wait_timer(srv.io) {
     ++srv.connections;
@@ -187,6 +198,10 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     bool keep = req.keep_alive();
     auto raw = req.target();
     auto verb = req.method_string();
+    if (srv.on_vote && req.method() == http::verb::get) {
+      if (parse_elastic_target(std::string_view{raw.data(), raw.size()}, keep))
+        return;
+    }
     auto a = answer_request(srv.store, std::string_view{verb.data(), verb.size()},
                             std::string_view{raw.data(), raw.size()}, std::move(req.body()),
                             req.has_content_length() || req.chunked());
@@ -203,6 +218,87 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     res.keep_alive(keep && !a.close);
     res.prepare_payload(); // always sets Content-Length, which Horovod's client needs
     send(std::move(res));
+  }
+
+  // The elastic endpoints; returns false when the target is none of them.
+  bool parse_elastic_target(std::string_view raw, bool keep) {
+    constexpr std::string_view ras = "/rank_and_size/";
+    constexpr std::string_view upd = "/elastic/update";
+    if (raw.substr(0, ras.size()) == ras) {
+      auto slot = percent_decode(raw.substr(ras.size()));
+      auto colon = slot ? slot->rfind(':') : std::string::npos;
+      int lr = -1;
+      if (colon != std::string::npos && colon > 0) {
+        auto num = std::string_view{*slot}.substr(colon + 1);
+        auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), lr);
+        if (ec != std::errc{} || p != num.data() + num.size())
+          lr = -1;
+      }
+      if (lr < 0 || slot->find('/') != std::string::npos || slot->find('?') != std::string::npos) {
+        ++srv.rejected;
+        reply(http::status::bad_request, "expected /rank_and_size/<host>:<local_rank>\n", keep);
+        return true;
+      }
+      keep_alive = keep;
+      stream.expires_never();
+      srv.held[*slot].push_back(shared_from_this());
+      srv.on_vote(slot->substr(0, colon), lr);
+      return true;
+    }
+    if (raw.substr(0, upd.size()) != upd)
+      return false;
+    auto query = raw.substr(upd.size());
+    uint64_t after = 0;
+    long wait = 0;
+    if (!query.empty()) {
+      if (query[0] != '?') {
+        ++srv.rejected;
+        reply(http::status::bad_request, "expected /elastic/update[?after=G&wait_ms=N]\n", keep);
+        return true;
+      }
+      query.remove_prefix(1);
+      while (!query.empty()) {
+        auto amp = query.find('&');
+        auto param = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+        auto eq = param.find('=');
+        auto name = param.substr(0, eq);
+        auto num = eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
+        long long v = -1;
+        auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+        if (ec != std::errc{} || p != num.data() + num.size() || v < 0
+            || (name != "after" && name != "wait_ms")) {
+          ++srv.rejected;
+          reply(http::status::bad_request, "expected /elastic/update[?after=G&wait_ms=N]\n",
+                keep);
+          return true;
+        }
+        if (name == "after")
+          after = static_cast<uint64_t>(v);
+        else
+          wait = static_cast<long>(std::min<long long>(v, srv.opts.max_wait.count()));
+      }
+    }
+    if (srv.update_generation > after || wait == 0) {
+      reply(http::status::ok, srv.update_text, keep);
+      return true;
+    }
+    keep_alive = keep;
+    stream.expires_never();
+    auto self = shared_from_this();
+    srv.update_waiters.emplace_back(after, self);
+    wait_timer.expires_after(std::chrono::milliseconds(wait));
+    wait_timer.async_wait([self](beast::error_code ec) {
+      if (ec)
+        return;
+      auto& w = self->srv.update_waiters;
+      auto it = std::find_if(w.begin(), w.end(), [&](auto& p) { return p.second == self; });
+      if (it == w.end())
+        return;
+      w.erase(it);
+      self->reply(http::status::ok, self->srv.update_text, self->keep_alive);
+    });
+    return true;
   }
 
   // Every key of the scope, framed as <len>:<key><len>:<value>... (our own clients
@@ -257,6 +353,19 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     stream.socket().close(ignored);
   }
 };
+
+void rendezvous_server::impl::wake_update_waiters() {
+  std::vector<std::pair<uint64_t, std::shared_ptr<session>>> keep;
+  for (auto& [after, s] : update_waiters) {
+    if (update_generation > after) {
+      s->wait_timer.cancel();
+      s->reply(http::status::ok, update_text, s->keep_alive);
+    } else {
+      keep.emplace_back(after, s);
+    }
+  }
+  update_waiters.swap(keep);
+}
 
 void rendezvous_server::impl::accept() {
   acceptor.async_accept([this](beast::error_code ec, tcp::socket sock) {
@@ -323,6 +432,52 @@ uint64_t rendezvous_server::init(const std::vector<slot_info>& plan) {
   std::promise<uint64_t> done;
   net::post(impl_->io, [&] { done.set_value(impl_->store.init(plan)); });
   return done.get_future().get();
+}
+
+void rendezvous_server::enable_elastic(std::function<void(const std::string&, int)> on_vote) {
+  std::promise<void> done;
+  net::post(impl_->io, [&] {
+    impl_->on_vote = std::move(on_vote);
+    done.set_value();
+  });
+  done.get_future().get();
+}
+
+void rendezvous_server::release(const std::vector<slot_info>& plan) {
+  net::post(impl_->io, [&m = *impl_, plan] {
+    m.store.init(plan);
+    std::map<std::string, std::string> rows;
+    for (auto& s : plan)
+      rows[fmt::format("{}:{}", s.hostname, s.local_rank)] = s.to_response_string();
+    auto held = std::move(m.held);
+    m.held.clear();
+    for (auto& [slot, sessions] : held) {
+      auto it = rows.find(slot);
+      auto body = it == rows.end() ? std::string{"-1,-1,-1,-1,-1,-1"} : it->second;
+      for (auto& s : sessions)
+        s->reply(http::status::ok, body, s->keep_alive);
+    }
+  });
+}
+
+void rendezvous_server::answer_slot(const std::string& slot, const std::string& body) {
+  net::post(impl_->io, [&m = *impl_, slot, body] {
+    auto it = m.held.find(slot);
+    if (it == m.held.end())
+      return;
+    auto sessions = std::move(it->second);
+    m.held.erase(it);
+    for (auto& s : sessions)
+      s->reply(http::status::ok, body, s->keep_alive);
+  });
+}
+
+void rendezvous_server::set_update(uint64_t generation, const std::string& text) {
+  net::post(impl_->io, [&m = *impl_, generation, text] {
+    m.update_generation = generation;
+    m.update_text = text;
+    m.wake_update_waiters();
+  });
 }
 
 rendezvous_stats rendezvous_server::stats() const {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,6 +59,26 @@ public:
   /// Starts a new plan (see kv_store::init); waits until the server applied it.
   uint64_t init(const std::vector<slot_info>& plan);
   rendezvous_stats stats() const;
+
+  // -- elastic jobs ---------------------------------------------------------------------
+  // GET /rank_and_size/<host>:<local_rank> is Horovod's elastic barrier: the request is
+  // held, `on_vote(host, local_rank)` is called (on the server's thread), and the answer
+  // comes with release() or answer_slot(). GET /elastic/update[?after=G&wait_ms=N] tells
+  // programs the latest generation and what changed (held while it is still G).
+
+  /// Turns the two endpoints on; without this they are plain (absent) keys.
+  void enable_elastic(std::function<void(const std::string& host, int local_rank)> on_vote);
+
+  /// Starts the plan's generation: the store is re-initialised with `plan`, then every
+  /// held rank_and_size request is answered with its slot's six integers, or with
+  /// "-1,-1,-1,-1,-1,-1" when the slot is not in the plan.
+  void release(const std::vector<slot_info>& plan);
+
+  /// Answers the held rank_and_size requests of one slot ("host:local_rank") with `body`.
+  void answer_slot(const std::string& slot, const std::string& body);
+
+  /// Publishes the newest generation and its description; wakes update waiters.
+  void set_update(uint64_t generation, const std::string& text);
 
 private:
   struct impl;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unistd.h>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -101,6 +102,11 @@ struct options {
   bool connect_bench = false;
   long long start_at_ms = 0;
   std::string file_store;
+  // --elastic: a Horovod-style elastic training loop (see elastic_main)
+  bool elastic = false;
+  long steps = 100;
+  long step_ms = 20;
+  size_t elements = 1024;
 };
 
 options parse_args(int argc, char** argv) {
@@ -133,13 +139,31 @@ options parse_args(int argc, char** argv) {
       o.start_at_ms = std::atoll(value().c_str());
     } else if (a == "--file-store") {
       o.file_store = value();
+    } else if (a == "--elastic") {
+      o.elastic = true;
+    } else if (a == "--steps") {
+      o.steps = std::atol(value().c_str());
+      if (o.steps < 1)
+        throw usage_error("--steps needs a positive number");
+    } else if (a == "--step-ms") {
+      o.step_ms = std::atol(value().c_str());
+      if (o.step_ms < 0)
+        throw usage_error("--step-ms must not be negative");
+    } else if (a == "--elements") {
+      o.elements = static_cast<size_t>(std::atol(value().c_str()));
+      if (o.elements < 1 || o.elements > (64u << 20))
+        throw usage_error("--elements must be between 1 and 67108864");
     } else if (a == "--help" || a == "-h") {
       std::printf("usage: caf-hvd-allreduce [--sizes 1K,1M,...] [--bench [--iters N]]\n"
                   "Run under caf-hvd: connects Gloo's global, local and cross contexts through\n"
                   "the rendezvous server, allreduces float32 buffers and checks every element.\n"
                   "--bench: rank 0 prints latency, algbw and busbw per size (table and JSON).\n"
                   "--connect-bench [--start-at EPOCH_MS] [--file-store DIR]: rank 0 prints the\n"
-                  "  slowest rank's connectFullMesh time of the global context (JSON).\n");
+                  "  slowest rank's connectFullMesh time of the global context (JSON).\n"
+                  "--elastic [--steps N] [--step-ms MS] [--elements K]: an elastic training\n"
+                  "  loop under `caf-hvd driver --host-discovery-script`: one allreduce per\n"
+                  "  step, state (step, checksum) committed every step, re-joins through\n"
+                  "  rank_and_size on a peer's failure or a host change.\n");
       std::exit(0);
     } else {
       throw usage_error(fmt::format("unknown argument '{}' (see --help)", a));
@@ -288,6 +312,137 @@ int connect_bench(const options& opts, int rank, int size, const std::string& ad
   return 0;
 }
 
+// Six integers "rank,size,local_rank,local_size,cross_rank,cross_size".
+std::vector<int> parse_rank_and_size(const std::string& body) {
+  std::vector<int> v;
+  std::stringstream in{body};
+  std::string item;
+  while (std::getline(in, item, ','))
+    v.push_back(std::stoi(item));
+  if (v.size() != 6)
+    throw std::runtime_error(fmt::format("malformed rank_and_size answer '{}'", body));
+  return v;
+}
+
+// "generation N\n..." from GET /elastic/update.
+long parse_generation(const std::optional<std::string>& body) {
+  if (!body || body->rfind("generation ", 0) != 0)
+    return 0;
+  return std::atol(body->c_str() + 11);
+}
+
+long long epoch_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A Horovod elastic loop in Gloo terms. State = (step, checksum = 1 + 2 + ... + step),
+// committed after every step. Every (re-)join asks rank_and_size for this slot's place,
+// connects the global context, and takes the state from the new rank 0 (a broadcast by
+// allreduce). On a peer's failure: drop the context (which closes its sockets, so peers
+// blocked on us fail at once too), keep the last commit, re-join. Rank 0 reads the
+// launcher's generation at every step and shares it in the step's allreduce; a newer
+// one (a host was added or removed) makes every rank re-join after that commit.
+int elastic_main(const options& opts, const std::string& host, int local_rank,
+                 const std::string& addr, int port,
+                 std::shared_ptr<gloo::transport::Device>& dev,
+                 std::chrono::milliseconds timeout) {
+  std::chrono::milliseconds join_timeout{1000L * env_int("HOROVOD_ELASTIC_TIMEOUT", "600") + 60000};
+  cafhvd::http_store ras{addr, static_cast<uint16_t>(port), "rank_and_size", 0, join_timeout};
+  cafhvd::http_store updates{addr, static_cast<uint16_t>(port), "elastic", 0, timeout};
+  long step = 0, checksum = 0; // the last commit
+  long known_gen = 0;
+  bool joined_before = false;
+  int joins = 0;
+  for (;;) {
+    auto slot = fmt::format("{}:{}", host, local_rank);
+    auto rs = ras.try_get(slot);
+    if (!rs)
+      throw std::runtime_error("rank_and_size: the rendezvous server has no answer for " + slot);
+    auto v = parse_rank_and_size(*rs);
+    int rank = v[0], size = v[1];
+    if (rank < 0) {
+      std::printf("slot %s is no longer in the job (committed step %ld); exiting\n", slot.c_str(),
+                  step);
+      std::fflush(stdout);
+      return 0;
+    }
+    ++joins;
+    scope_context global;
+    try {
+      global = connect_scope("global", "global", rank, size, addr, port, dev, timeout);
+      // The new rank 0 holds the state; everybody takes it.
+      std::vector<long> state(3, 0);
+      if (rank == 0)
+        state = {step, checksum, parse_generation(updates.try_get("update"))};
+      gloo::AllreduceOptions o(global.ctx);
+      o.setOutput(state.data(), state.size());
+      void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<long>;
+      o.setReduceFunction(fn);
+      o.setTag(1);
+      gloo::allreduce(o);
+      if (joined_before && (state[0] > step + 1 || state[0] < step - 1))
+        throw std::logic_error(fmt::format("rank {}: state from rank 0 is at step {} but this "
+                                           "rank committed step {}",
+                                           rank, state[0], step));
+      step = state[0];
+      checksum = state[1];
+      known_gen = state[2];
+      joined_before = true;
+      if (checksum != step * (step + 1) / 2)
+        throw std::logic_error(fmt::format("rank {}: checksum {} does not match step {}: a "
+                                           "committed step was lost or repeated",
+                                           rank, checksum, step));
+      if (rank == 0)
+        std::printf("generation %ld: rank 0 of %d on %s resumes at step %ld t=%lld\n", known_gen,
+                    size, host.c_str(), step, epoch_ms());
+      std::fflush(stdout);
+      uint32_t tag = 2;
+      bool rejoin = false;
+      std::vector<float> buf(opts.elements + 1);
+      while (step < opts.steps && !rejoin) {
+        std::fill(buf.begin(), buf.end() - 1, 1.0f);
+        buf.back() = rank == 0 ? static_cast<float>(parse_generation(updates.try_get("update")))
+                               : 0.0f;
+        allreduce(global, buf, tag++);
+        for (size_t i = 0; i + 1 < buf.size(); ++i)
+          if (buf[i] != static_cast<float>(size))
+            throw std::logic_error(fmt::format("rank {}: step {}: element {} is {}, expected the "
+                                               "world size {}",
+                                               rank, step + 1, i, buf[i], size));
+        // commit
+        ++step;
+        checksum += step;
+        if (rank == 0)
+          std::printf("step %ld size %d sum %.0f t=%lld\n", step, size, buf[0], epoch_ms());
+        std::fflush(stdout);
+        auto gen = static_cast<long>(buf.back());
+        if (gen > known_gen) {
+          if (rank == 0)
+            std::printf("hosts changed (generation %ld): re-joining after step %ld\n", gen, step);
+          rejoin = true;
+        } else if (opts.step_ms > 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(opts.step_ms));
+        }
+      }
+      if (!rejoin) {
+        if (rank == 0)
+          std::printf("caf-hvd-allreduce: elastic run done: %ld steps, checksum %ld, %d joins of "
+                      "rank 0's slot\n",
+                      step, checksum, joins);
+        std::fflush(stdout);
+        return 0;
+      }
+    } catch (const gloo::IoException& e) {
+      std::printf("rank %d: a peer failed (%s); back to step %ld, re-joining\n", rank, e.what(),
+                  step);
+      std::fflush(stdout);
+    }
+    global.ctx.reset(); // closes our pairs: peers blocked on us fail now, not at a timeout
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -321,6 +476,10 @@ int main(int argc, char** argv) {
 
     if (opts.connect_bench)
       return connect_bench(opts, rank, size, addr, port, dev, timeout);
+    if (opts.elastic) {
+      phase = "elastic loop";
+      return elastic_main(opts, host, local_rank, addr, port, dev, timeout);
+    }
 
     auto t0 = clock_type::now();
     phase = "rendezvous";

@@ -1,0 +1,1131 @@
+// Elastic driver actor: Horovod's ElasticDriver semantics as one actor.
+//
+//   discovery   the host discovery script runs on a thread every interval; new hosts
+//               are connected (TLS), get a colocator and are probed for their NIC
+//   generation  hosts in age order -> get_host_assignments -> a plan; slots of the plan
+//               without a process get one (nothing that runs is restarted)
+//   barrier     every slot of a generation votes with GET /rank_and_size/<host>:<lr>;
+//               the last vote releases the plan to all of them; votes are idempotent
+//               per (slot, generation) and the barrier has a deadline
+//   failure     a rank that ends badly or whose agent is lost blacklists its host (with
+//               cooldown if configured) and starts the next generation at once
+//   end         the job ends when the final generation's ranks exit 0, or fails with
+//               the first failure named (reset limit, no host left, timeouts, ...)
+#include "actors/driver.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <map>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <caf/openssl/all.hpp>
+
+#include "actors/config.hpp"
+#include "actors/node_actors.hpp"
+#include "runtime/env.hpp"
+#include "runtime/nic.hpp"
+#include "runtime/nic_probe.hpp"
+#include "runtime/process.hpp"
+#include "runtime/rendezvous_server.hpp"
+
+namespace cafhvd {
+
+namespace {
+
+using elastic_driver_actor = driver_full_actor::extend<
+    caf::reacts_to<discover_atom>,                     // time to run the script
+    caf::reacts_to<discover_atom, bool, std::string>,  // the script's output or error
+    caf::reacts_to<vote_atom, std::string, int32_t>,   // GET /rank_and_size/<host>:<lr>
+    caf::reacts_to<rejoin_atom, uint64_t>,             // ranks asked for a new generation
+    caf::reacts_to<retire_atom, uint32_t, int32_t>>;   // signal a stopped slot's process
+
+// deadline_atom kinds (low 4 bits; the rest is a serial number)
+enum : uint32_t { dl_teardown = 1, dl_slots = 2, dl_barrier = 3 };
+
+void write_all(int fd, const std::string& s) {
+  const char* p = s.data();
+  size_t left = s.size();
+  while (left > 0) {
+    auto n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+std::optional<std::string> resolve_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    return std::nullopt;
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  freeaddrinfo(res);
+  return std::string{buf};
+}
+
+using clock_type = std::chrono::steady_clock;
+
+struct ehost {
+  enum class status { connecting, ready, unusable, lost };
+  host_spec spec; // from the latest discovery output that listed it
+  std::string address;
+  status st = status::connecting;
+  bool listed = false;
+  caf::node_id nid;
+  colocator_actor colocator;
+  node_info info;
+  std::string reach_address;
+  std::vector<std::string> nics;
+  int free_port = 0;
+  bool blacklisted = false;
+  int failures = 0;
+  std::optional<clock_type::time_point> cooldown_end;
+  std::string endpoint() const { return spec.endpoint(); }
+  std::string label() const {
+    return info.name.empty() ? spec.endpoint() : fmt::format("{} ({})", info.name, endpoint());
+  }
+  int slots() const {
+    int s = static_cast<int>(spec.slots);
+    if (info.slots != 0)
+      s = std::min(s, static_cast<int>(info.slots));
+    return s;
+  }
+};
+
+struct eslot {
+  uint32_t id = 0;
+  std::string key;      // "<node name>:<local rank>" (rank_and_size's key)
+  std::string endpoint; // its host
+  int local_rank = 0;
+  worker_actor worker;
+  bool running = false;  // its process runs (or is being started)
+  bool retired = false;  // stopped or removed by us: its exit is not a failure
+  uint64_t joined = 0;   // the last generation it was answered for
+  uint64_t started = 0;  // the generation its process was started in
+  int rank = -1;         // in the current plan, or the last one it had
+  int exit_code = -1;
+};
+
+class elastic_driver : public elastic_driver_actor::base {
+public:
+  elastic_driver(caf::actor_config& cfg, job_config job, std::shared_ptr<job_result> result)
+      : elastic_driver_actor::base(cfg), job_(std::move(job)), ec_(*job_.elastic),
+        result_(std::move(result)), rng_(std::random_device{}()) {}
+
+  behavior_type make_behavior() override {
+    started_ = clock_type::now();
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    job_id_ = fmt::format("{}-{}-{}", host, getpid(),
+                          std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
+    set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
+    send(this, discover_atom::value);
+    return {
+        [this](output_atom, output_batch& b) -> caf::ok_atom {
+          print_output(b);
+          return caf::ok_atom::value;
+        },
+        [this](exited_atom, rank_exit& ex) { on_exit(ex); },
+        [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
+        [this](deadline_atom, uint32_t which) { on_deadline(which); },
+        [this](discover_atom) { run_discovery(); },
+        [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
+        [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
+        [this](rejoin_atom, uint64_t gen) { on_rejoin(gen); },
+        [this](retire_atom, uint32_t id, int32_t sig) {
+          if (auto* s = slot_by_id(id); s && s->running && s->retired && s->worker)
+            send(s->worker, terminate_atom::value, sig);
+        },
+    };
+  }
+
+private:
+  // -- helpers ------------------------------------------------------------------------
+
+  long elapsed_ms() const {
+    return static_cast<long>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - started_)
+            .count());
+  }
+
+  template <class... Ts> void log(fmt::format_string<Ts...> f, Ts&&... xs) {
+    if (job_.verbose)
+      write_all(2, fmt::format("caf-hvd [{:>5} ms] elastic: {}\n", elapsed_ms(),
+                               fmt::format(f, std::forward<Ts>(xs)...)));
+  }
+
+  // What users always see: generations, blacklisting, waiting.
+  template <class... Ts> void say(fmt::format_string<Ts...> f, Ts&&... xs) {
+    write_all(2, fmt::format("caf-hvd: {}\n", fmt::format(f, std::forward<Ts>(xs)...)));
+  }
+
+  std::string describe(const caf::error& e) { return system().render(e); }
+
+  eslot* slot_by_id(uint32_t id) {
+    auto it = slot_ids_.find(id);
+    if (it == slot_ids_.end())
+      return nullptr;
+    auto s = slots_.find(it->second);
+    return s == slots_.end() ? nullptr : &s->second;
+  }
+
+  ehost* host_by_name(const std::string& name) {
+    for (auto& [ep, h] : hosts_)
+      if (h.info.name == name && h.st == ehost::status::ready)
+        return &h;
+    return nullptr;
+  }
+
+  bool in_plan(const std::string& key) const { return plan_rows_.count(key) > 0; }
+
+  // -- discovery ----------------------------------------------------------------------
+
+  void run_discovery() {
+    if (done_ || discovering_)
+      return;
+    discovering_ = true;
+    auto hdl = caf::actor_cast<elastic_driver_actor>(this);
+    std::thread{[hdl, path = ec_.discovery_script, timeout = ec_.discovery_timeout] {
+      auto r = run_discovery_script(path, timeout);
+      caf::anon_send(hdl, discover_atom::value, r.ok, r.ok ? r.output : r.error);
+    }}.detach();
+  }
+
+  void on_discovered(bool ok, const std::string& text) {
+    discovering_ = false;
+    if (done_)
+      return;
+    bool first = discovery_runs_++ == 0;
+    std::vector<host_spec> specs;
+    std::string error;
+    if (ok) {
+      try {
+        specs = parse_discovery_output(text, ec_.slots_per_host);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    } else {
+      error = fmt::format("it {}", text);
+    }
+    if (!error.empty()) {
+      if (first)
+        return fail(fmt::format("host discovery script {} failed on its first call: {}",
+                                ec_.discovery_script, error));
+      say("warning: host discovery script {} failed (keeping the last host set, trying again in "
+          "{} s): {}",
+          ec_.discovery_script, ec_.discovery_interval.count() / 1000.0, error);
+      delayed_send(this, ec_.discovery_interval, discover_atom::value);
+      return;
+    }
+    std::set<std::string> listed;
+    listed_order_.clear();
+    for (auto& spec : specs) {
+      auto ep = spec.endpoint();
+      listed.insert(ep);
+      listed_order_.push_back(ep);
+      auto it = hosts_.find(ep);
+      if (it == hosts_.end()) {
+        ehost h;
+        h.spec = spec;
+        h.listed = true;
+        hosts_.emplace(ep, std::move(h));
+        connect_host(ep);
+        continue;
+      }
+      auto& h = it->second;
+      h.spec.slots = spec.slots;
+      h.listed = true;
+      if ((h.st == ehost::status::lost || h.st == ehost::status::unusable) && !h.blacklisted)
+        connect_host(ep);
+    }
+    for (auto& [ep, h] : hosts_)
+      if (!listed.count(ep))
+        h.listed = false;
+    // Cooldowns that ended: the host may take part again.
+    auto now = clock_type::now();
+    for (auto& [ep, h] : hosts_) {
+      if (h.blacklisted && h.cooldown_end && now >= *h.cooldown_end) {
+        h.blacklisted = false;
+        h.cooldown_end.reset();
+        say("host {} is back from its blacklist cooldown", h.label());
+        if (h.listed && h.st != ehost::status::ready && h.st != ehost::status::connecting)
+          connect_host(ep);
+      }
+    }
+    reconsider();
+    delayed_send(this, ec_.discovery_interval, discover_atom::value);
+  }
+
+  // -- joining hosts --------------------------------------------------------------------
+
+  void connect_host(const std::string& ep) {
+    auto& h = hosts_.at(ep);
+    h.st = ehost::status::connecting;
+    h.colocator = nullptr;
+    h.info = node_info{};
+    auto addr = resolve_ipv4(h.spec.host);
+    if (!addr)
+      return host_unusable(ep, fmt::format("cannot resolve '{}'", h.spec.host));
+    h.address = *addr;
+    auto mm =
+        job_.tls ? system().openssl_manager().actor_handle() : system().middleman().actor_handle();
+    log("connecting to node agent {} ({})", ep, h.address);
+    request(mm, job_.start_timeout, caf::connect_atom::value, h.address, h.spec.port)
+        .then(
+            [this, ep](caf::node_id& nid, caf::strong_actor_ptr&, std::set<std::string>&) {
+              auto& h = hosts_.at(ep);
+              for (auto& [other, o] : hosts_)
+                if (other != ep && o.nid == nid && o.st == ehost::status::ready)
+                  return host_unusable(
+                      ep, fmt::format("it is the same node agent as {} (node id {})", other,
+                                      to_string(nid)));
+              h.nid = nid;
+              spawn_colocator(ep);
+            },
+            [this, ep](caf::error& e) {
+              host_unusable(ep, fmt::format("cannot connect: {}", connect_error(e)));
+            });
+  }
+
+  std::string connect_error(const caf::error& e) {
+    if (e == caf::sec::request_timeout)
+      return "no answer before the start timeout";
+    if (e == caf::sec::cannot_connect_to_node)
+      return "connection refused or host unreachable (is `caf-hvd node` running there?)";
+    if (e == caf::sec::connection_timeout)
+      return "the peer accepted the connection but never completed the handshake";
+    if (e == caf::sec::disconnect_during_handshake)
+      return job_.tls ? "the TLS handshake failed: the agent is not of this cluster, or runs "
+                        "with --insecure"
+                      : "the agent closed the connection during the handshake: it requires TLS";
+    return describe(e);
+  }
+
+  void spawn_colocator(const std::string& ep) {
+    auto& h = hosts_.at(ep);
+    auto self_hdl = caf::actor_cast<driver_actor>(this);
+    auto grace = static_cast<int32_t>(job_.kill_grace.count());
+    auto mm = system().middleman().actor_handle();
+    request(mm, job_.start_timeout, caf::spawn_atom::value, h.nid, std::string{colocator_type_name},
+            caf::make_message(self_hdl, job_id_, grace), system().message_types<colocator_actor>())
+        .then(
+            [this, ep](caf::strong_actor_ptr& p) {
+              auto c = caf::actor_cast<colocator_actor>(std::move(p));
+              if (!c)
+                return host_unusable(ep, "remote spawn of its colocator returned no actor");
+              monitor(c);
+              hosts_.at(ep).colocator = c;
+              query_host(ep);
+            },
+            [this, ep](caf::error& e) {
+              host_unusable(ep, fmt::format("cannot start its colocator: {}", describe(e)));
+            });
+  }
+
+  void query_host(const std::string& ep) {
+    auto& h = hosts_.at(ep);
+    request(h.colocator, job_.start_timeout, node_atom::value)
+        .then(
+            [this, ep](node_info& info) {
+              auto& h = hosts_.at(ep);
+              for (auto& [other, o] : hosts_)
+                if (other != ep && o.st == ehost::status::ready && o.info.name == info.name)
+                  return host_unusable(
+                      ep, fmt::format("node agents {} and {} both call themselves '{}'; give "
+                                      "each agent a distinct --name",
+                                      other, ep, info.name));
+              h.info = std::move(info);
+              request(h.colocator, job_.start_timeout, port_atom::value)
+                  .then([this, ep](int32_t port) { hosts_.at(ep).free_port = port; },
+                        [](caf::error&) {});
+              choose_nic(ep);
+            },
+            [this, ep](caf::error& e) {
+              host_unusable(ep, fmt::format("no node info: {}", describe(e)));
+            });
+  }
+
+  static std::string loopback_name(const node_info& info) {
+    for (auto& a : info.interfaces)
+      if (a.loopback)
+        return a.name;
+    return "lo";
+  }
+
+  // Loopback agents talk over loopback. Otherwise a joining host probes every ready
+  // host's candidate addresses from each of its candidate interfaces; it uses the
+  // interfaces that reach all of them (the first one for Gloo).
+  void choose_nic(const std::string& ep) {
+    auto& h = hosts_.at(ep);
+    if (is_loopback_address(h.address)) {
+      h.nics = {loopback_name(h.info)};
+      h.reach_address = "127.0.0.1";
+      return host_ready(ep);
+    }
+    std::vector<interface_addr> mine;
+    try {
+      mine = candidate_interfaces(host_interfaces{h.info.name, h.info.interfaces},
+                                  job_.network_interfaces);
+    } catch (const std::exception& e) {
+      return host_unusable(ep, fmt::format("NIC discovery: {}", e.what()));
+    }
+    std::vector<probe_target> targets;
+    std::set<std::string> peers;
+    for (auto& [other, o] : hosts_) {
+      if (other == ep || o.st != ehost::status::ready || is_loopback_address(o.address))
+        continue;
+      peers.insert(o.info.name);
+      if (o.reach_address.empty())
+        continue;
+      targets.push_back({o.info.name, o.reach_address, o.info.probe_port});
+    }
+    if (targets.empty()) {
+      // The first host: the interface the driver reached it through.
+      for (auto& a : mine)
+        if (a.address == h.address)
+          h.nics = {a.name};
+      if (h.nics.empty() && !mine.empty())
+        h.nics = {mine.front().name};
+      if (h.nics.empty())
+        return host_unusable(ep, "NIC discovery: no candidate interface");
+      h.reach_address = h.address;
+      for (auto& a : mine)
+        if (a.name == h.nics.front())
+          h.reach_address = a.address;
+      return host_ready(ep);
+    }
+    request(h.colocator, job_.start_timeout, probe_atom::value, targets, job_.network_interfaces)
+        .then(
+            [this, ep, peers, mine](std::vector<probe_result>& results) {
+              auto& h = hosts_.at(ep);
+              std::map<std::string, std::set<std::string>> reached; // iface -> peers
+              for (auto& r : results) {
+                log("probe {} {} -> {} {}: {}", h.info.name, r.iface, r.host, r.address,
+                    r.ok ? "ok" : r.error);
+                if (r.ok)
+                  reached[r.iface].insert(r.host);
+              }
+              h.nics.clear();
+              for (auto& a : mine)
+                if (reached[a.name].size() == peers.size()
+                    && std::find(h.nics.begin(), h.nics.end(), a.name) == h.nics.end()) {
+                  h.nics.push_back(a.name);
+                  if (h.reach_address.empty() || h.nics.size() == 1)
+                    h.reach_address = a.address;
+                }
+              if (h.nics.empty())
+                return host_unusable(
+                    ep, fmt::format("NIC discovery: none of its interfaces reaches every host of "
+                                    "the job ({})",
+                                    fmt::join(peers, ", ")));
+              host_ready(ep);
+            },
+            [this, ep](caf::error& e) {
+              host_unusable(ep, fmt::format("NIC probes: {}", describe(e)));
+            });
+  }
+
+  void host_ready(const std::string& ep) {
+    auto& h = hosts_.at(ep);
+    h.st = ehost::status::ready;
+    log("host {} ready: {} slots, interfaces {}, reached at {}", h.label(), h.slots(),
+        fmt::join(h.nics, ","), h.reach_address);
+    if (!server_ && !start_server(h))
+      return;
+    reconsider();
+  }
+
+  void host_unusable(const std::string& ep, const std::string& why) {
+    auto it = hosts_.find(ep);
+    if (it == hosts_.end())
+      return;
+    auto& h = it->second;
+    if (h.colocator)
+      send_exit(h.colocator, caf::exit_reason::user_shutdown);
+    h.colocator = nullptr;
+    h.st = ehost::status::unusable;
+    say("warning: discovered host {} is not used: {}", ep, why);
+    reconsider();
+  }
+
+  // The rendezvous server listens on the driver's address towards the first host.
+  bool start_server(const ehost& h) {
+    std::string bind = "127.0.0.1";
+    if (!is_loopback_address(h.address)) {
+      auto a = local_address_towards(h.address);
+      if (!a) {
+        fail(fmt::format("no local address routes to node {} ({})", h.label(), h.address));
+        return false;
+      }
+      bind = *a;
+    }
+    try {
+      rendezvous_options o;
+      o.bind = bind;
+      server_ = std::make_unique<rendezvous_server>(o);
+    } catch (const std::exception& e) {
+      fail(e.what());
+      return false;
+    }
+    auto hdl = caf::actor_cast<elastic_driver_actor>(this);
+    server_->enable_elastic([hdl](const std::string& host, int lr) {
+      caf::anon_send(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
+    });
+    server_->set_update(0, "generation 0\nchange none\n");
+    log("rendezvous server on {}:{}", bind, server_->port());
+    return true;
+  }
+
+  // -- generations ----------------------------------------------------------------------
+
+  // Decides whether the available hosts call for a (new) generation.
+  void reconsider() {
+    if (done_ || finishing_)
+      return;
+    for (auto& [ep, h] : hosts_)
+      if (h.listed && !h.blacklisted && h.st == ehost::status::connecting)
+        return; // decide once every newly listed host is in (a deterministic order)
+    std::vector<std::string> available;
+    for (auto& ep : listed_order_) {
+      auto it = hosts_.find(ep);
+      if (it != hosts_.end() && it->second.st == ehost::status::ready && !it->second.blacklisted
+          && it->second.listed)
+        available.push_back(ep);
+    }
+    order_ = order_hosts(order_, available);
+    std::vector<host_slots> hs;
+    int total = 0;
+    for (auto& ep : order_) {
+      auto& h = hosts_.at(ep);
+      hs.push_back({h.info.name, h.slots()});
+      total += h.slots();
+    }
+    if (gen_ > 0 && !previous_host_survives()) {
+      bool all_black = std::all_of(hosts_.begin(), hosts_.end(),
+                                   [](auto& p) { return p.second.blacklisted; });
+      return fail(all_black ? fmt::format("every host is blacklisted; first failure: {}",
+                                          first_failure_.value_or("none"))
+                            : fmt::format("no host of generation {} is left to carry the job's "
+                                          "state over{}",
+                                          gen_,
+                                          first_failure_ ? "; first failure: " + *first_failure_
+                                                         : std::string{}));
+    }
+    if (total < ec_.min_np) {
+      wait_for_slots(total);
+      return;
+    }
+    std::vector<slot_info> plan;
+    try {
+      plan = get_host_assignments(hs, ec_.min_np, ec_.max_np);
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    waiting_slots_ = false;
+    if (gen_ > 0 && plan == plan_ && !rejoin_wanted_)
+      return; // e.g. hosts beyond --max-np appeared: no reset
+    if (gen_ > 0 && ec_.reset_limit && static_cast<int>(gen_ - 1) >= *ec_.reset_limit)
+      return fail(fmt::format("the job has been reset {} times, which reaches the reset limit "
+                              "(--reset-limit {}); stopping{}",
+                              gen_ - 1, *ec_.reset_limit,
+                              first_failure_ ? " (last failure: " + *last_failure_ + ")"
+                                             : std::string{}));
+    begin_generation(std::move(plan), hs);
+  }
+
+  bool previous_host_survives() const {
+    for (auto& s : plan_) {
+      for (auto& ep : order_) {
+        auto& h = hosts_.at(ep);
+        if (h.info.name == s.hostname)
+          return true;
+      }
+    }
+    return plan_.empty();
+  }
+
+  void wait_for_slots(int total) {
+    if (!waiting_slots_) {
+      waiting_slots_ = true;
+      ++slot_wait_serial_;
+      say("waiting up to {} s for at least {} slots (--min-np); available now: {}",
+          ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total));
+      delayed_send(this, ec_.elastic_timeout, deadline_atom::value,
+                   dl_slots | (slot_wait_serial_ << 4));
+    }
+  }
+
+  std::string available_text(int total) {
+    std::string hosts;
+    for (auto& ep : order_) {
+      auto& h = hosts_.at(ep);
+      hosts += fmt::format("{}{} ({} slots)", hosts.empty() ? "" : ", ", h.info.name, h.slots());
+    }
+    return fmt::format("{} slots{}", total, hosts.empty() ? "" : " on " + hosts);
+  }
+
+  void begin_generation(std::vector<slot_info> plan, const std::vector<host_slots>& hs) {
+    auto change = gen_ == 0 ? host_change::added : compare_hosts(plan_hosts_, hs);
+    std::vector<std::string> added, removed;
+    {
+      std::set<std::string> before, after;
+      for (auto& h : plan_hosts_)
+        before.insert(h.hostname);
+      for (auto& h : hs)
+        after.insert(h.hostname);
+      for (auto& h : hs)
+        if (!before.count(h.hostname))
+          added.push_back(h.hostname);
+      for (auto& h : plan_hosts_)
+        if (!after.count(h.hostname))
+          removed.push_back(h.hostname);
+    }
+    ++gen_;
+    rejoin_wanted_ = false;
+    plan_ = std::move(plan);
+    plan_hosts_.clear();
+    plan_rows_.clear();
+    std::set<std::string> plan_host_names;
+    for (auto& s : plan_) {
+      plan_rows_[fmt::format("{}:{}", s.hostname, s.local_rank)] = s;
+      plan_host_names.insert(s.hostname);
+    }
+    for (auto& h : hs)
+      if (plan_host_names.count(h.hostname))
+        plan_hosts_.push_back(h);
+    released_ = false;
+    // Votes that wait for this generation carry over; slots that left are told so.
+    std::set<std::string> votes;
+    for (auto& key : pending_votes_) {
+      if (in_plan(key))
+        votes.insert(key);
+      else
+        retire_slot(key, "-1,-1,-1,-1,-1,-1");
+    }
+    pending_votes_ = std::move(votes);
+    // Running slots that are no longer in the job will be answered -1 and are stopped
+    // if they do not end by themselves.
+    for (auto& [key, s] : slots_)
+      if (s.running && !s.retired && !in_plan(key))
+        retire_slot(key, "-1,-1,-1,-1,-1,-1");
+    std::string text = fmt::format("generation {}\nchange {}\n", gen_, to_string(change));
+    for (auto& h : added)
+      text += "added " + h + "\n";
+    for (auto& h : removed)
+      text += "removed " + h + "\n";
+    server_->set_update(gen_, text);
+    std::string layout;
+    for (auto& h : plan_hosts_)
+      layout += fmt::format("{}{}:{}", layout.empty() ? "" : ",", h.hostname,
+                            std::count_if(plan_.begin(), plan_.end(),
+                                          [&](auto& s) { return s.hostname == h.hostname; }));
+    say("generation {}: {} ranks on {}{}{}", gen_, plan_.size(), layout,
+        added.empty() || gen_ == 1 ? "" : fmt::format(" (added {})", fmt::join(added, ",")),
+        removed.empty() ? "" : fmt::format(" (removed {})", fmt::join(removed, ",")));
+    if (gen_ > 1)
+      delayed_send(this, job_.start_timeout, deadline_atom::value,
+                   dl_barrier | static_cast<uint32_t>(gen_ << 4));
+    // New slots get processes; running ones learn their place through rank_and_size.
+    for (size_t r = 0; r < plan_.size() && !done_; ++r) {
+      auto& row = plan_[r];
+      auto key = fmt::format("{}:{}", row.hostname, row.local_rank);
+      auto it = slots_.find(key);
+      if (it != slots_.end() && it->second.running && !it->second.retired) {
+        it->second.rank = row.rank;
+        continue;
+      }
+      start_slot(key, row);
+    }
+    check_release();
+  }
+
+  void start_slot(const std::string& key, const slot_info& row) {
+    auto* h = host_by_name(row.hostname);
+    if (!h)
+      return fail(fmt::format("internal error: host {} of the plan is not ready", row.hostname));
+    eslot s;
+    s.id = next_slot_id_++;
+    s.key = key;
+    s.endpoint = h->endpoint();
+    s.local_rank = row.local_rank;
+    s.running = true;
+    s.started = gen_;
+    s.rank = row.rank;
+    slots_[key] = s;
+    slot_ids_[s.id] = key;
+    auto self_hdl = caf::actor_cast<driver_actor>(this);
+    auto mm = system().middleman().actor_handle();
+    auto id = s.id;
+    auto gen = gen_;
+    request(mm, job_.start_timeout, caf::spawn_atom::value, h->nid, std::string{worker_type_name},
+            caf::make_message(h->colocator, self_hdl, id), system().message_types<worker_actor>())
+        .then(
+            [this, key, id, gen](caf::strong_actor_ptr& p) {
+              auto w = caf::actor_cast<worker_actor>(std::move(p));
+              auto* s = slot_by_id(id);
+              if (!s)
+                return;
+              if (!w)
+                return slot_failed(*s, "remote spawn of its worker returned no actor");
+              monitor(w);
+              s->worker = w;
+              if (s->retired || done_) {
+                s->running = false;
+                send_exit(w, caf::exit_reason::user_shutdown);
+                return;
+              }
+              launch_slot(*s, gen);
+            },
+            [this, id](caf::error& e) {
+              if (auto* s = slot_by_id(id))
+                slot_failed(*s, fmt::format("cannot start its worker: {}", describe(e)));
+            });
+  }
+
+  void launch_slot(eslot& s, uint64_t gen) {
+    auto it = plan_rows_.find(s.key);
+    if (it == plan_rows_.end() || gen != gen_) {
+      // The plan changed while the worker was spawned; the process would be stale.
+      if (it == plan_rows_.end()) {
+        s.running = false;
+        s.retired = true;
+        send_exit(s.worker, caf::exit_reason::user_shutdown);
+        return;
+      }
+    }
+    auto& row = it->second;
+    auto& h = hosts_.at(s.endpoint);
+    auto* master_host = host_by_name(plan_.front().hostname);
+    if (!master_host)
+      return slot_failed(s, "rank 0's host is gone");
+    auto& master = *master_host;
+    rank_env_input in;
+    in.rank = row.rank;
+    in.size = row.size;
+    in.local_rank = row.local_rank;
+    in.local_size = row.local_size;
+    in.cross_rank = row.cross_rank;
+    in.cross_size = row.cross_size;
+    in.group_rank = static_cast<int>(
+        std::find_if(plan_hosts_.begin(), plan_hosts_.end(),
+                     [&](auto& x) { return x.hostname == row.hostname; })
+        - plan_hosts_.begin());
+    in.hostname = h.info.name;
+    in.master_addr = master.reach_address;
+    in.master_port = master.free_port;
+    in.agent_store = false;
+    in.nccl_ifaces = h.nics;
+    in.iface = h.nics.empty() ? std::string{} : h.nics.front();
+    in.rendezvous_addr = server_->address();
+    in.rendezvous_port = server_->port();
+    in.base = job_.base_env;
+    in.extra = job_.extra_env;
+    in.extra.push_back("HOROVOD_ELASTIC=1");
+    launch_spec spec{job_.command, build_rank_env(in), job_.cwd};
+    spec.env.push_back("PWD=" + job_.cwd);
+    auto id = s.id;
+    request(s.worker, job_.start_timeout, launch_atom::value, std::move(spec))
+        .then(
+            [this, id](int32_t pid) {
+              if (auto* s = slot_by_id(id))
+                log("slot {} (rank {}) started, pid {}", s->key, s->rank, pid);
+            },
+            [this, id](caf::error& e) {
+              if (auto* s = slot_by_id(id))
+                slot_failed(*s, fmt::format("launch failed: {}", describe(e)));
+            });
+  }
+
+  // A slot that will not take part any more: its held votes are answered and its
+  // process, if it does not end by itself, is stopped after the grace period.
+  void retire_slot(const std::string& key, const std::string& answer) {
+    if (server_)
+      server_->answer_slot(key, answer);
+    pending_votes_.erase(key);
+    auto it = slots_.find(key);
+    if (it == slots_.end() || it->second.retired)
+      return;
+    auto& s = it->second;
+    s.retired = true;
+    if (s.running)
+      delayed_send(this, job_.kill_grace, retire_atom::value, s.id, int32_t{SIGTERM});
+  }
+
+  // -- the barrier ------------------------------------------------------------------------
+
+  void on_vote(const std::string& host, int32_t lr) {
+    auto key = fmt::format("{}:{}", host, lr);
+    if (done_ || finishing_) {
+      server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+      return;
+    }
+    auto it = slots_.find(key);
+    if (!in_plan(key) || it == slots_.end() || it->second.retired) {
+      log("vote of {} which is not in generation {}: answered -1", key, gen_);
+      server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+      return;
+    }
+    auto& s = it->second;
+    if (s.joined < gen_) {
+      if (pending_votes_.insert(key).second)
+        log("vote of {} for generation {} ({} of {})", key, gen_, pending_votes_.size(),
+            plan_.size());
+      return check_release();
+    }
+    // It already joined this generation: it asks for the next one (it saw a failure).
+    pending_votes_.insert(key);
+    if (!rejoin_wanted_) {
+      rejoin_wanted_ = true;
+      log("{} asks for a new generation; waiting briefly for the failure's report", key);
+      delayed_send(this, std::chrono::milliseconds(1000), rejoin_atom::value, gen_);
+    }
+  }
+
+  // No failure explains a rank's request for a new generation: start one anyway.
+  void on_rejoin(uint64_t gen) {
+    if (gen != gen_ || !rejoin_wanted_ || done_ || finishing_)
+      return;
+    say("ranks asked to re-join without a reported failure; starting a new generation");
+    reconsider();
+  }
+
+  void check_release() {
+    if (released_ || done_)
+      return;
+    for (auto& [key, row] : plan_rows_)
+      if (!pending_votes_.count(key))
+        return;
+    released_ = true;
+    for (auto& key : pending_votes_)
+      if (auto it = slots_.find(key); it != slots_.end())
+        it->second.joined = gen_;
+    pending_votes_.clear();
+    server_->release(plan_);
+    log("generation {} released: all {} ranks joined", gen_, plan_.size());
+  }
+
+  // -- exits and failures -------------------------------------------------------------
+
+  void on_exit(const rank_exit& ex) {
+    auto* s = slot_by_id(ex.rank);
+    if (!s || !s->running)
+      return;
+    s->running = false;
+    exit_status st{ex.code, ex.signal, ex.exec_error};
+    s->exit_code = st.launcher_code();
+    log("slot {} (rank {}) ended: {}", s->key, s->rank, st.describe());
+    if (s->retired || !in_plan(s->key)) {
+      pending_votes_.erase(s->key);
+      return maybe_finish();
+    }
+    if (st.launcher_code() == 0) {
+      if (!finishing_) {
+        finishing_ = true;
+        log("rank {} finished; the job ends when the others do", s->rank);
+        // Ranks that wait for another generation are told that there is none.
+        for (auto& key : pending_votes_)
+          server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+        pending_votes_.clear();
+      }
+      return maybe_finish();
+    }
+    slot_failed(*s, fmt::format("{} {}", st.exec_error.empty() ? "ended with" : "could not start:",
+                                st.describe()));
+  }
+
+  void slot_failed(eslot& s, const std::string& why) {
+    s.running = false;
+    auto& h = hosts_.at(s.endpoint);
+    auto what = fmt::format("rank {} on host {} {}", s.rank, h.info.name, why);
+    note_failure(what);
+    if (finishing_ || done_) {
+      if (!failure_)
+        failure_ = what;
+      return maybe_finish();
+    }
+    say("{}", what);
+    blacklist(s.endpoint);
+    reconsider();
+    maybe_finish();
+  }
+
+  void note_failure(const std::string& what) {
+    if (!first_failure_)
+      first_failure_ = what;
+    last_failure_ = what;
+  }
+
+  void blacklist(const std::string& ep) {
+    auto& h = hosts_.at(ep);
+    if (h.blacklisted)
+      return;
+    h.blacklisted = true;
+    ++h.failures;
+    if (ec_.cooldown) {
+      auto delay = cooldown_delay(*ec_.cooldown, h.failures,
+                                  std::uniform_real_distribution<double>(0, 1)(rng_));
+      h.cooldown_end = clock_type::now() + delay;
+      say("host {} is blacklisted for {:.1f} s (failure {})", h.info.name, delay.count() / 1000.0,
+          h.failures);
+    } else {
+      say("host {} is blacklisted for the rest of the job", h.info.name);
+    }
+    // Its other ranks stop: SIGTERM now, SIGKILL after the grace period.
+    for (auto& [key, s] : slots_) {
+      if (s.endpoint != ep || !s.running)
+        continue;
+      if (server_)
+        server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+      pending_votes_.erase(key);
+      s.retired = true;
+      if (s.worker)
+        send(s.worker, terminate_atom::value, int32_t{SIGTERM});
+      delayed_send(this, job_.kill_grace, retire_atom::value, s.id, int32_t{SIGKILL});
+    }
+  }
+
+  void on_down(const caf::down_msg& dm) {
+    if (dm.reason == caf::exit_reason::normal)
+      return;
+    for (auto& [ep, h] : hosts_) {
+      bool ours = h.colocator && h.colocator.address() == dm.source;
+      for (auto& [key, s] : slots_)
+        ours = ours || (s.endpoint == ep && s.worker && s.worker.address() == dm.source);
+      if (!ours || h.st == ehost::status::lost)
+        continue;
+      auto why = dm.reason == caf::exit_reason::remote_link_unreachable
+                     ? std::string{"connection lost (agent dead, hung or unreachable)"}
+                 : dm.reason == caf::exit_reason::user_shutdown
+                     ? std::string{"the node agent was shut down"}
+                     : describe(dm.reason);
+      if (done_)
+        return;
+      bool was_ready = h.st == ehost::status::ready;
+      h.st = ehost::status::lost;
+      h.colocator = nullptr;
+      bool had_ranks = false;
+      for (auto& [key, s] : slots_) {
+        if (s.endpoint != ep || !s.running)
+          continue;
+        s.running = false;
+        if (!s.retired && in_plan(key))
+          had_ranks = true;
+        s.retired = true;
+        pending_votes_.erase(key);
+      }
+      auto what = fmt::format("node agent {} was lost: {}", h.label(), why);
+      if (had_ranks && !finishing_) {
+        note_failure(what);
+        say("{}", what);
+        blacklist(ep);
+        reconsider();
+      } else if (had_ranks) {
+        note_failure(what);
+        if (!failure_)
+          failure_ = what;
+      } else if (was_ready) {
+        say("warning: {}", what);
+        reconsider();
+      }
+      return maybe_finish();
+    }
+  }
+
+  // -- the end --------------------------------------------------------------------------
+
+  void maybe_finish() {
+    if (!finishing_ && !done_)
+      return;
+    for (auto& [key, s] : slots_)
+      if (s.running)
+        return;
+    finish();
+  }
+
+  void on_interrupt(int32_t sig) {
+    if (interrupted_) {
+      for (auto& [ep, h] : hosts_)
+        if (h.colocator)
+          send(h.colocator, kill_atom::value);
+      return;
+    }
+    interrupted_ = sig;
+    say("received {}; stopping the job", strsignal(sig));
+    teardown();
+  }
+
+  void fail(const std::string& msg) {
+    if (done_)
+      return;
+    failure_ = msg;
+    say("error: {}", msg);
+    teardown();
+  }
+
+  void teardown() {
+    if (done_)
+      return;
+    done_ = true;
+    if (server_)
+      for (auto& [key, s] : slots_)
+        server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+    for (auto& [ep, h] : hosts_)
+      if (h.colocator && h.st == ehost::status::ready)
+        send(h.colocator, terminate_atom::value, static_cast<int32_t>(job_.kill_grace.count()));
+    delayed_send(this, job_.kill_grace + std::chrono::seconds(5), deadline_atom::value,
+                 uint32_t{dl_teardown});
+    maybe_finish();
+  }
+
+  void on_deadline(uint32_t which) {
+    auto kind = which & 0xf;
+    auto serial = which >> 4;
+    if (kind == dl_teardown && done_) {
+      std::vector<int> left;
+      for (auto& [key, s] : slots_)
+        if (s.running)
+          left.push_back(s.rank);
+      if (!left.empty())
+        say("ranks {} did not report their end within the grace period; releasing their nodes",
+            fmt::join(left, ", "));
+      finish();
+    } else if (kind == dl_slots && waiting_slots_ && serial == slot_wait_serial_ && !done_) {
+      int total = 0;
+      for (auto& ep : order_)
+        total += hosts_.at(ep).slots();
+      fail(fmt::format("elastic timeout ({} s) expired waiting for at least {} slots "
+                       "(--min-np); available: {}{}",
+                       ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total),
+                       first_failure_ ? "; first failure: " + *first_failure_ : std::string{}));
+    } else if (kind == dl_barrier && serial == (gen_ & 0x0fffffff) && !released_ && !done_
+               && !finishing_) {
+      std::vector<std::string> missing;
+      std::set<std::string> bad_hosts;
+      for (auto& [key, row] : plan_rows_)
+        if (!pending_votes_.count(key)) {
+          missing.push_back(fmt::format("rank {} ({})", row.rank, key));
+          if (auto it = slots_.find(key); it != slots_.end())
+            bad_hosts.insert(it->second.endpoint);
+        }
+      auto what = fmt::format("{} did not join generation {} within {} s (does the program call "
+                              "rank_and_size, e.g. through an elastic run loop?)",
+                              fmt::join(missing, ", "), gen_, job_.start_timeout.count() / 1000.0);
+      note_failure(what);
+      say("{}", what);
+      for (auto& ep : bad_hosts)
+        blacklist(ep);
+      reconsider();
+    }
+  }
+
+  void finish() {
+    if (finished_)
+      return;
+    finished_ = true;
+    for (auto& [key, s] : slots_)
+      if (s.worker)
+        send_exit(s.worker, caf::exit_reason::user_shutdown);
+    for (auto& [ep, h] : hosts_)
+      if (h.colocator)
+        send_exit(h.colocator, caf::exit_reason::user_shutdown);
+    server_.reset();
+    int code = 0;
+    if (interrupted_) {
+      code = 128 + interrupted_;
+    } else if (failure_) {
+      code = 1;
+    } else {
+      // Success: every rank of the final generation exited 0.
+      for (auto& [key, row] : plan_rows_) {
+        auto it = slots_.find(key);
+        if (it == slots_.end() || it->second.exit_code != 0) {
+          code = 1;
+          failure_ = fmt::format("rank {} ({}) of the final generation did not exit 0", row.rank,
+                                 key);
+          break;
+        }
+      }
+    }
+    if (failure_ && !interrupted_)
+      say("job failed: {}", *failure_);
+    log("job ends with exit code {} after {} generations", code, gen_);
+    result_->exit_code = code;
+    quit();
+  }
+
+  // -- output ---------------------------------------------------------------------------
+
+  void print_output(const output_batch& b) {
+    auto* s = slot_by_id(b.rank);
+    auto tag = s ? fmt::format("[{}]<{}>:", s->rank, b.stream == 1 ? "stderr" : "stdout")
+                 : fmt::format("[?]<{}>:", b.stream == 1 ? "stderr" : "stdout");
+    std::string text;
+    for (auto& l : b.lines) {
+      text += tag;
+      text += l;
+      text += '\n';
+    }
+    write_all(b.stream == 1 ? 2 : 1, text);
+  }
+
+  job_config job_;
+  elastic_config ec_;
+  std::shared_ptr<job_result> result_;
+  std::mt19937_64 rng_;
+  std::string job_id_;
+  clock_type::time_point started_;
+  std::unique_ptr<rendezvous_server> server_;
+
+  std::map<std::string, ehost> hosts_;     // by endpoint
+  std::vector<std::string> listed_order_;  // endpoints in the latest discovery output's order
+  std::vector<std::string> order_;         // available endpoints in age order
+  std::map<std::string, eslot> slots_;     // by key
+  std::map<uint32_t, std::string> slot_ids_;
+  uint32_t next_slot_id_ = 0;
+  bool discovering_ = false;
+  int discovery_runs_ = 0;
+
+  uint64_t gen_ = 0;
+  std::vector<slot_info> plan_;
+  std::vector<host_slots> plan_hosts_;
+  std::map<std::string, slot_info> plan_rows_;
+  bool released_ = false;
+  std::set<std::string> pending_votes_;
+  bool rejoin_wanted_ = false;
+  bool waiting_slots_ = false;
+  uint32_t slot_wait_serial_ = 0;
+
+  bool finishing_ = false; // a rank of the current generation exited 0
+  bool done_ = false;      // stopping (failure or interrupt)
+  bool finished_ = false;
+  int interrupted_ = 0;
+  std::optional<std::string> failure_;
+  std::optional<std::string> first_failure_, last_failure_;
+};
+
+} // namespace
+
+driver_full_actor spawn_elastic_driver(caf::actor_system& sys, job_config job,
+                                       std::shared_ptr<job_result> result) {
+  return caf::actor_cast<driver_full_actor>(
+      sys.spawn<elastic_driver>(std::move(job), std::move(result)));
+}
+
+} // namespace cafhvd
