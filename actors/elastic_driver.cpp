@@ -222,7 +222,7 @@ private:
         error = e.what();
       }
     } else {
-      error = fmt::format("it {}", text);
+      error = text.rfind("could not", 0) == 0 ? text : fmt::format("it {}", text);
     }
     if (!error.empty()) {
       if (first)
@@ -975,6 +975,7 @@ private:
     if (done_)
       return;
     failure_ = msg;
+    failure_said_ = true;
     say("error: {}", msg);
     teardown();
   }
@@ -1063,7 +1064,7 @@ private:
         }
       }
     }
-    if (failure_ && !interrupted_)
+    if (failure_ && !interrupted_ && !failure_said_)
       say("job failed: {}", *failure_);
     log("job ends with exit code {} after {} generations", code, gen_);
     result_->exit_code = code;
@@ -1117,6 +1118,7 @@ private:
   bool finished_ = false;
   int interrupted_ = 0;
   std::optional<std::string> failure_;
+  bool failure_said_ = false;
   std::optional<std::string> first_failure_, last_failure_;
 };
 

@@ -349,7 +349,8 @@ elastic_config elastic_options(const job_options& o, const po::variables_map& vm
   if (::stat(ec.discovery_script.c_str(), &st) != 0)
     throw usage_error(fmt::format("--host-discovery-script {}: {}", ec.discovery_script,
                                   std::strerror(errno)));
-  if (!S_ISREG(st.st_mode) || ::access(ec.discovery_script.c_str(), X_OK) != 0)
+  if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0
+      || ::access(ec.discovery_script.c_str(), X_OK) != 0)
     throw usage_error(fmt::format("--host-discovery-script {}: not an executable file (chmod +x "
                                   "it, and start it with #!/bin/sh or similar)",
                                   ec.discovery_script));

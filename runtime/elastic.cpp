@@ -86,7 +86,7 @@ script_result run_discovery_script(const std::string& path, std::chrono::millise
   if (rc != 0) {
     ::close(out[0]);
     ::close(err[0]);
-    r.error = fmt::format("cannot run it: {}", std::strerror(rc));
+    r.error = fmt::format("could not be started: {}", std::strerror(rc));
     return r;
   }
   std::string errtext;

@@ -394,6 +394,8 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
         throw std::logic_error(fmt::format("rank {}: checksum {} does not match step {}: a "
                                            "committed step was lost or repeated",
                                            rank, checksum, step));
+      std::printf("joined generation %ld: slot %s is rank %d of %d (local %d/%d, cross %d/%d)\n",
+                  known_gen, slot.c_str(), rank, size, v[2], v[3], v[4], v[5]);
       if (rank == 0)
         std::printf("generation %ld: rank 0 of %d on %s resumes at step %ld t=%lld\n", known_gen,
                     size, host.c_str(), step, epoch_ms());

@@ -1,0 +1,342 @@
+"""Elastic job tests: real node agents on loopback (each its own host), a real driver
+with a host discovery script whose output the test rewrites, and caf-hvd-allreduce's
+elastic loop as the training program. Checked from the ranks' own output and the
+driver's messages. Run by `meson test`; prints a closing 'N passed, N failed' line."""
+
+import os
+import re
+import signal
+import stat
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Cluster, pids_matching, run_suite, wait_until  # noqa: E402
+
+ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+
+STEP = re.compile(r"^\[\d+\]<stdout>:step (\d+) size (\d+) sum (\d+) t=\d+$", re.M)
+JOIN = re.compile(r"joined generation (\d+): slot (\S+) is rank (\d+) of (\d+)")
+DONE = re.compile(r"elastic run done: (\d+) steps, checksum (\d+)")
+
+
+class ElasticTest(unittest.TestCase):
+    def setUp(self):
+        self.c = Cluster()
+        self.addCleanup(self.c.close)
+        self.dir = tempfile.mkdtemp(prefix="caf-hvd-elastic-")
+        self.hosts_file = os.path.join(self.dir, "hosts")
+        self.script = os.path.join(self.dir, "discover.sh")
+        self.write_script(f"#!/bin/sh\ncat {self.hosts_file}\n")
+        self.driver = None
+
+    def tearDown(self):
+        for f in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, f))
+        os.rmdir(self.dir)
+
+    def write_script(self, text):
+        with open(self.script, "w") as f:
+            f.write(text)
+        os.chmod(self.script, stat.S_IRWXU)
+
+    def set_hosts(self, *hosts):
+        """hosts: (name, slots) of started agents; written atomically."""
+        tmp = self.hosts_file + ".tmp"
+        with open(tmp, "w") as f:
+            for name, slots in hosts:
+                f.write(f"127.0.0.1:{self.c.nodes[name][1]}:{slots}\n")
+        os.replace(tmp, self.hosts_file)
+
+    def start(self, *flags, steps=100, step_ms=20, program=None):
+        args = ["driver", "--host-discovery-script", self.script, "--discovery-interval", "0.1",
+                *flags, "--"]
+        args += program or [ALLREDUCE, "--elastic", "--steps", str(steps), "--step-ms",
+                            str(step_ms)]
+        self.driver = self.c.start(args)
+        self.out_lines = []
+        return self.driver
+
+    def finish(self, timeout=60):
+        try:
+            out, err = self.driver.communicate(timeout=timeout)
+        except Exception:
+            self.driver.kill()
+            out, err = self.driver.communicate()
+            raise AssertionError(f"driver did not finish in {timeout}s:\n{err[-3000:]}")
+        return self.driver.returncode, out, err
+
+    def wait_for_step(self, n, timeout=20):
+        """Reads the driver's stdout until rank 0 reports step n; returns the lines read."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.driver.stdout.readline()
+            if not line:
+                break
+            self.out_lines.append(line)
+            m = STEP.match(line.rstrip("\n"))
+            if m and int(m.group(1)) >= n:
+                return
+        raise AssertionError(f"no step {n} within {timeout}s:\n{''.join(self.out_lines)[-2000:]}")
+
+    def rank_pid(self, rank):
+        """Pid of the program that currently has HOROVOD_RANK=rank at start (gen 1)."""
+        for pid in pids_matching(ALLREDUCE, prefix=True):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            except OSError:
+                continue
+            if env.get(b"HOROVOD_RANK") == str(rank).encode() and \
+               env.get(b"HOROVOD_ELASTIC") == b"1":
+                return pid
+        raise AssertionError(f"no process of rank {rank}")
+
+    def check_run(self, out, steps):
+        """Every step's sum equals its world size; the final state is consistent."""
+        text = "".join(self.out_lines) + out
+        m = DONE.search(text)
+        self.assertIsNotNone(m, text[-3000:])
+        self.assertEqual(int(m.group(1)), steps)
+        self.assertEqual(int(m.group(2)), steps * (steps + 1) // 2)
+        seen = [(int(s), int(n), int(x)) for s, n, x in STEP.findall(text)]
+        for s, n, x in seen:
+            self.assertEqual(n, x, f"step {s}: sum {x} for world size {n}")
+        numbers = sorted({s for s, _, _ in seen})
+        self.assertEqual(numbers, list(range(1, steps + 1)), "a committed step is missing")
+        return text, seen
+
+    def joins(self, text):
+        """generation -> {slot: (rank, size)}"""
+        out = {}
+        for g, slot, r, n in JOIN.findall(text):
+            out.setdefault(int(g), {})[slot] = (int(r), int(n))
+        return out
+
+    # -- failures ------------------------------------------------------------------------
+
+    def test_rank_killed_host_blacklisted_survivors_rerank(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 2), ("hb", 2))
+        self.start("--min-np", "2", steps=80)
+        self.wait_for_step(10)
+        os.kill(self.rank_pid(0), signal.SIGKILL)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("rank 0 on host ha ended with signal 9", err)
+        self.assertIn("host ha is blacklisted for the rest of the job", err)
+        self.assertIn("generation 2: 2 ranks on hb:2 (removed ha)", err)
+        text, seen = self.check_run(out, 80)
+        j = self.joins(text)
+        self.assertEqual(j[1], {"ha:0": (0, 4), "ha:1": (1, 4), "hb:0": (2, 4), "hb:1": (3, 4)})
+        # the former rank `slots` (2) is the new rank 0
+        self.assertEqual(j[2], {"hb:0": (0, 2), "hb:1": (1, 2)})
+        self.assertEqual({n for _, n, _ in seen}, {4, 2})
+
+    def test_node_agent_killed(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1), ("hb", 2))
+        self.start("--min-np", "1", steps=80)
+        self.wait_for_step(10)
+        os.killpg(self.c.nodes["hb"][0].pid, signal.SIGKILL)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(err, r"node agent hb \(127\.0\.0\.1:\d+\) was lost")
+        self.assertIn("generation 2: 1 ranks on ha:1 (removed hb)", err)
+        text, seen = self.check_run(out, 80)
+        self.assertEqual(self.joins(text)[2], {"ha:0": (0, 1)})
+        wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 10,
+                   "the lost agent's ranks to be gone")
+
+    def test_cooldown_host_returns(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        self.start("--min-np", "1", "--blacklist-cooldown-range", "1", "2", steps=250)
+        self.wait_for_step(10)
+        os.kill(self.rank_pid(1), signal.SIGKILL)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(err, r"host hb is blacklisted for 2\.0 s \(failure 1\)")
+        self.assertIn("host hb (127.0.0.1", err)
+        self.assertIn("is back from its blacklist cooldown", err)
+        self.assertIn("generation 3: 2 ranks on ha:1,hb:1 (added hb)", err)
+        text, seen = self.check_run(out, 250)
+        j = self.joins(text)
+        self.assertEqual(j[2], {"ha:0": (0, 1)})
+        self.assertEqual(j[3], {"ha:0": (0, 2), "hb:0": (1, 2)})
+        self.assertEqual([n for _, n, _ in seen][-1], 2)
+
+    def test_all_hosts_failed(self):
+        self.c.node("ha")
+        self.set_hosts(("ha", 2))
+        self.start("--min-np", "1", steps=200)
+        self.wait_for_step(5)
+        os.kill(self.rank_pid(1), signal.SIGKILL)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("every host is blacklisted; first failure: rank 1 on host ha ended with "
+                      "signal 9", err)
+
+    # -- host changes --------------------------------------------------------------------
+
+    def test_hosts_added_then_removed(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 2))
+        self.start("--min-np", "2", "--reset-limit", "2", steps=150)
+        self.wait_for_step(10)
+        self.set_hosts(("ha", 2), ("hb", 2))
+        self.wait_for_step(60)
+        self.set_hosts(("hb", 2))
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        text, seen = self.check_run(out, 150)
+        j = self.joins(text)
+        self.assertEqual(j[1], {"ha:0": (0, 2), "ha:1": (1, 2)})
+        # existing ranks keep their numbers; the new host's ranks come after them
+        self.assertEqual(j[2], {"ha:0": (0, 4), "ha:1": (1, 4), "hb:0": (2, 4), "hb:1": (3, 4)})
+        # the oldest surviving host keeps rank 0: former rank 2 (= slots) is rank 0
+        self.assertEqual(j[3], {"hb:0": (0, 2), "hb:1": (1, 2)})
+        self.assertIn("slot ha:0 is no longer in the job", text)
+        self.assertEqual([n for _, n, _ in seen][0], 2)
+        self.assertIn(4, {n for _, n, _ in seen})
+
+    def test_max_np_no_reset_for_extra_hosts(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 2))
+        self.start("--min-np", "1", "--max-np", "2", "--verbose", steps=60)
+        self.wait_for_step(10)
+        self.set_hosts(("ha", 2), ("hb", 2))
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(err, r"host hb \(127\.0\.0\.1:\d+\) ready")
+        self.assertNotIn("generation 2", err)
+        text, seen = self.check_run(out, 60)
+        self.assertEqual({n for _, n, _ in seen}, {2})
+
+    def test_reset_limit(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 2))
+        self.start("--min-np", "2", "--reset-limit", "1", steps=400)
+        self.wait_for_step(10)
+        self.set_hosts(("ha", 2), ("hb", 2))
+        self.wait_for_step(40)
+        self.set_hosts(("hb", 2))
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("generation 2: 4 ranks", err)
+        self.assertNotIn("generation 3", err)
+        self.assertIn("the job has been reset 1 times, which reaches the reset limit "
+                      "(--reset-limit 1)", err)
+        wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 10, "ranks to be gone")
+
+    def test_waits_for_min_np_then_starts(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1))
+        self.start("--min-np", "3", steps=20)
+        time.sleep(0.5)
+        self.set_hosts(("ha", 1), ("hb", 2))
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("waiting up to 600 s for at least 3 slots (--min-np); available now: 1 "
+                      "slots on ha (1 slots)", err)
+        self.assertIn("generation 1: 3 ranks on ha:1,hb:2", err)
+        self.check_run(out, 20)
+
+    def test_elastic_timeout(self):
+        self.c.node("ha")
+        self.set_hosts(("ha", 1))
+        self.start("--min-np", "2", "--elastic-timeout", "1")
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("elastic timeout (1 s) expired waiting for at least 2 slots (--min-np); "
+                      "available: 1 slots on ha (1 slots)", err)
+
+    # -- the discovery script ------------------------------------------------------------
+
+    def test_discovery_fails_at_first_call(self):
+        self.write_script("#!/bin/sh\necho 'no cloud API today' >&2\nexit 3\n")
+        self.start()
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 1, err)
+        self.assertIn(f"host discovery script {self.script} failed on its first call: it exited "
+                      "with code 3; its stderr ends with: no cloud API today", err)
+
+    def test_discovery_garbage_line(self):
+        self.c.node("ha")
+        self.write_script(f"#!/bin/sh\necho 127.0.0.1:{self.c.nodes['ha'][1]}:1\n"
+                          "echo 'host two:x'\n")
+        self.start()
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("failed on its first call: discovery output line 2:", err)
+        self.assertIn("host two:x", err)
+
+    def test_discovery_fails_later_and_recovers(self):
+        self.c.node("ha")
+        self.set_hosts(("ha", 2))
+        count = os.path.join(self.dir, "count")
+        # Calls 3 to 6 fail; the job goes on with the last host set.
+        self.write_script(f"#!/bin/sh\nn=$(cat {count} 2>/dev/null || echo 0)\n"
+                          f"echo $((n+1)) > {count}\n"
+                          f"if [ $n -ge 2 ] && [ $n -le 5 ]; then echo flaky >&2; exit 1; fi\n"
+                          f"cat {self.hosts_file}\n")
+        self.start("--min-np", "2", steps=60)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("warning: host discovery script", err)
+        self.assertIn("keeping the last host set", err)
+        self.check_run(out, 60)
+
+    def test_non_elastic_program_runs(self):
+        self.c.node("ha")
+        self.set_hosts(("ha", 2))
+        self.start("--min-np", "2", program=["sh", "-c", "echo rank=$HOROVOD_RANK "
+                                             "elastic=$HOROVOD_ELASTIC"])
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("rank=0 elastic=1", out)
+        self.assertIn("rank=1 elastic=1", out)
+
+    def test_bad_flags(self):
+        plain = os.path.join(self.dir, "plain")
+        with open(plain, "w") as f:
+            f.write("127.0.0.1:1\n")
+        os.chmod(plain, 0o644)
+        cases = [
+            (["driver", "--min-np", "2", "-H", "127.0.0.1:1", "--", "true"],
+             "--min-np belongs to elastic jobs"),
+            (["driver", "--host-discovery-script", "/nonexistent", "--", "true"],
+             "--host-discovery-script /nonexistent: No such file or directory"),
+            (["driver", "--host-discovery-script", plain, "--", "true"],
+             "not an executable file"),
+            (["driver", "--host-discovery-script", self.script, "--blacklist-cooldown-range",
+              "5", "2", "--", "true"], "need 1 <= LOW <= HIGH <= 3600"),
+            (["driver", "--host-discovery-script", self.script, "--min-np", "4", "--max-np", "2",
+              "--", "true"], "--max-np 2 is below the minimum of 4 ranks"),
+            (["driver", "--host-discovery-script", self.script, "-H", "127.0.0.1:1", "--",
+              "true"], "replaces -H/--hostfile"),
+            (["driver", "--host-discovery-script", self.script, "--reset-limit", "-1", "--",
+              "true"], "must not be negative"),
+        ]
+        for args, msg in cases:
+            rc, out, err = self.c.run(args)
+            self.assertNotEqual(rc, 0, args)
+            self.assertIn(msg, err, args)
+
+
+def leftover_ranks():
+    left = [p for p in pids_matching("caf-hvd-exec") if p != os.getpid()]
+    return f"leftover rank processes: {left}" if left else None
+
+
+if __name__ == "__main__":
+    sys.exit(run_suite(ElasticTest, sys.argv[1:], leftover_ranks))
