@@ -48,7 +48,8 @@ using elastic_driver_actor = driver_full_actor::extend<
     caf::reacts_to<discover_atom, bool, std::string>,  // the script's output or error
     caf::reacts_to<vote_atom, std::string, int32_t>,   // GET /rank_and_size/<host>:<lr>
     caf::reacts_to<rejoin_atom, uint64_t>,             // ranks asked for a new generation
-    caf::reacts_to<retire_atom, uint32_t, int32_t>>;   // signal a stopped slot's process
+    caf::reacts_to<retire_atom, uint32_t, int32_t>,    // signal a stopped slot's process
+    caf::reacts_to<probed_atom, std::string, std::string>>; // endpoint reachable ("" = yes)
 
 // deadline_atom kinds (low 4 bits; the rest is a serial number)
 enum : uint32_t { dl_teardown = 1, dl_slots = 2, dl_barrier = 3 };
@@ -97,6 +98,8 @@ struct ehost {
   bool blacklisted = false;
   int failures = 0;
   std::optional<clock_type::time_point> cooldown_end;
+  clock_type::time_point retry_at{};
+  std::string last_warning;
   std::string endpoint() const { return spec.endpoint(); }
   std::string label() const {
     return info.name.empty() ? spec.endpoint() : fmt::format("{} ({})", info.name, endpoint());
@@ -149,6 +152,7 @@ public:
         [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
         [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
         [this](rejoin_atom, uint64_t gen) { on_rejoin(gen); },
+        [this](probed_atom, std::string& ep, std::string& problem) { on_reachable(ep, problem); },
         [this](retire_atom, uint32_t id, int32_t sig) {
           if (auto* s = slot_by_id(id); s && s->running && s->retired && s->worker)
             send(s->worker, terminate_atom::value, sig);
@@ -252,7 +256,8 @@ private:
       auto& h = it->second;
       h.spec.slots = spec.slots;
       h.listed = true;
-      if ((h.st == ehost::status::lost || h.st == ehost::status::unusable) && !h.blacklisted)
+      if ((h.st == ehost::status::lost || h.st == ehost::status::unusable) && !h.blacklisted
+          && clock_type::now() >= h.retry_at)
         connect_host(ep);
     }
     for (auto& [ep, h] : hosts_)
@@ -284,6 +289,25 @@ private:
     if (!addr)
       return host_unusable(ep, fmt::format("cannot resolve '{}'", h.spec.host));
     h.address = *addr;
+    // CAF connects one node at a time: a host that does not answer TCP would stall every
+    // other connect, so reachability is checked first, on a thread.
+    auto hdl = caf::actor_cast<elastic_driver_actor>(this);
+    std::thread{[hdl, ep, addr = h.address, port = h.spec.port] {
+      auto r = check_tcp_reachable({{addr, port}}, std::chrono::milliseconds(3000));
+      caf::anon_send(hdl, probed_atom::value, ep, r.empty() ? std::string{} : r.front());
+    }}.detach();
+  }
+
+  void on_reachable(const std::string& ep, const std::string& problem) {
+    auto it = hosts_.find(ep);
+    if (it == hosts_.end() || it->second.st != ehost::status::connecting || done_)
+      return;
+    if (!problem.empty())
+      return host_unusable(ep, fmt::format("cannot reach it: {}{}", problem,
+                                           problem == std::strerror(ECONNREFUSED)
+                                               ? " (is `caf-hvd node` running there?)"
+                                               : ""));
+    auto& h = it->second;
     auto mm =
         job_.tls ? system().openssl_manager().actor_handle() : system().middleman().actor_handle();
     log("connecting to node agent {} ({})", ep, h.address);
@@ -445,6 +469,7 @@ private:
   void host_ready(const std::string& ep) {
     auto& h = hosts_.at(ep);
     h.st = ehost::status::ready;
+    h.last_warning.clear();
     log("host {} ready: {} slots, interfaces {}, reached at {}", h.label(), h.slots(),
         fmt::join(h.nics, ","), h.reach_address);
     if (!server_ && !start_server(h))
@@ -461,7 +486,10 @@ private:
       send_exit(h.colocator, caf::exit_reason::user_shutdown);
     h.colocator = nullptr;
     h.st = ehost::status::unusable;
-    say("warning: discovered host {} is not used: {}", ep, why);
+    h.retry_at = clock_type::now() + std::max(ec_.discovery_interval, std::chrono::milliseconds(5000));
+    if (why != h.last_warning)
+      say("warning: discovered host {} is not used (trying again while it is listed): {}", ep, why);
+    h.last_warning = why;
     reconsider();
   }
 
@@ -499,9 +527,17 @@ private:
   void reconsider() {
     if (done_ || finishing_)
       return;
-    for (auto& [ep, h] : hosts_)
-      if (h.listed && !h.blacklisted && h.st == ehost::status::connecting)
-        return; // decide once every newly listed host is in (a deterministic order)
+    // Hosts listed together join together, in the order listed (deterministic), unless a
+    // failure makes the job wait: then the next generation forms from the hosts at hand.
+    bool plan_broken = rejoin_wanted_;
+    for (auto& [key, row] : plan_rows_) {
+      auto* h = host_by_name(row.hostname);
+      plan_broken = plan_broken || !h || h->blacklisted || !h->listed;
+    }
+    if (!plan_broken)
+      for (auto& [ep, h] : hosts_)
+        if (h.listed && !h.blacklisted && h.st == ehost::status::connecting)
+          return;
     std::vector<std::string> available;
     for (auto& ep : listed_order_) {
       auto it = hosts_.find(ep);

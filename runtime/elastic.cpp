@@ -209,7 +209,7 @@ host_change compare_hosts(const std::vector<host_slots>& before,
   }
   for (auto& [h, s] : a) {
     auto it = b.find(h);
-    if (it == b.end() || it->second > s)
+    if (it == b.end() || s > it->second)
       flags |= static_cast<unsigned>(host_change::added);
   }
   return static_cast<host_change>(flags);
