@@ -345,7 +345,7 @@ long long epoch_ms() {
 // launcher's generation at every step and shares it in the step's allreduce; a newer
 // one (a host was added or removed) makes every rank re-join after that commit.
 int elastic_main(const options& opts, const std::string& host, int local_rank,
-                 const std::string& addr, int port,
+                 const std::string& addr, int port, const std::string& iface,
                  std::shared_ptr<gloo::transport::Device>& dev,
                  std::chrono::milliseconds timeout) {
   std::chrono::milliseconds join_timeout{1000L * env_int("HOROVOD_ELASTIC_TIMEOUT", "600") + 60000};
@@ -394,8 +394,9 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
         throw std::logic_error(fmt::format("rank {}: checksum {} does not match step {}: a "
                                            "committed step was lost or repeated",
                                            rank, checksum, step));
-      std::printf("joined generation %ld: slot %s is rank %d of %d (local %d/%d, cross %d/%d)\n",
-                  known_gen, slot.c_str(), rank, size, v[2], v[3], v[4], v[5]);
+      std::printf("joined generation %ld: slot %s is rank %d of %d (local %d/%d, cross %d/%d) "
+                  "iface %s\n",
+                  known_gen, slot.c_str(), rank, size, v[2], v[3], v[4], v[5], iface.c_str());
       if (rank == 0)
         std::printf("generation %ld: rank 0 of %d on %s resumes at step %ld t=%lld\n", known_gen,
                     size, host.c_str(), step, epoch_ms());
@@ -480,7 +481,8 @@ int main(int argc, char** argv) {
       return connect_bench(opts, rank, size, addr, port, dev, timeout);
     if (opts.elastic) {
       phase = "elastic loop";
-      return elastic_main(opts, host, local_rank, addr, port, dev, timeout);
+      return elastic_main(opts, host, local_rank, addr, port, iface.empty() ? "(default)" : iface,
+                          dev, timeout);
     }
 
     auto t0 = clock_type::now();

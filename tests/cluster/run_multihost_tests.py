@@ -3,14 +3,18 @@ NIC discovery across hosts whose interface names differ, with decoy interfaces.
 Skips with a clear message when not run as root. Prints 'N passed, N failed'."""
 
 import os
+import re
+import shutil
+import signal
 import subprocess
+import tempfile
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import rank_envs, rank_lines, run_suite  # noqa: E402
+from harness import pids_matching, rank_envs, rank_lines, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -56,6 +60,80 @@ class MultiHostTest(unittest.TestCase):
             self.assertEqual(e["MASTER_ADDR"], h.hosts[0]["good_addr"])
             self.assertEqual(e["HOROVOD_GLOO_RENDEZVOUS_ADDR"], h.hosts[0]["good_addr"])
         self.assertEqual([envs[r]["HOROVOD_CROSS_SIZE"] for r in range(4)], ["3", "1", "3", "3"])
+
+    def test_elastic_host_joins_then_a_host_fails(self):
+        """Hosts 0 and 1 start; host 2 joins through the discovery script (it probes its
+        NIC against the running hosts, past its decoy); then host 1's rank is killed and
+        the job finishes on hosts 0 and 2."""
+        h = self.hosts(3)
+        work = tempfile.mkdtemp(prefix="caf-hvd-mh-elastic-")
+        self.addCleanup(shutil.rmtree, work, True)
+        listing, script = os.path.join(work, "hosts"), os.path.join(work, "discover.sh")
+
+        def publish(indexes):
+            with open(listing + ".tmp", "w") as f:
+                for i in indexes:
+                    f.write(f"{h.hosts[i]['good_addr']}:24780:1\n")
+            os.replace(listing + ".tmp", listing)
+
+        publish([0, 1])
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {listing}\n")
+        os.chmod(script, 0o700)
+        p = subprocess.Popen(["ip", "netns", "exec", h.hosts[0]["ns"], CAF_HVD, "driver",
+                              "--host-discovery-script", script, "--discovery-interval", "0.1",
+                              "--min-np", "2", "--", ALLREDUCE, "--elastic", "--steps", "200",
+                              "--step-ms", "20"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        h.procs.append(p)
+        out_lines = []
+
+        def wait_for(pattern, timeout=30):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                out_lines.append(line)
+                if re.search(pattern, line):
+                    return
+            raise AssertionError(f"no {pattern!r}:\n{''.join(out_lines)[-2000:]}")
+
+        wait_for(r"step 10 size 2 ")
+        publish([0, 1, 2])
+        wait_for(r"step \d+ size 3 ")
+        victim = None
+        for pid in pids_matching(ALLREDUCE, prefix=True):
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"HOROVOD_HOSTNAME={h.hosts[1]['name']}".encode() in f.read().split(b"\0"):
+                    victim = pid
+        self.assertIsNotNone(victim)
+        os.kill(victim, signal.SIGKILL)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            raise AssertionError(f"elastic driver did not finish:\n{err}")
+        text = "".join(out_lines) + out
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("elastic run done: 200 steps, checksum 20100", text)
+        names = [x["name"] for x in h.hosts]
+        self.assertIn(f"generation 2: 3 ranks on {names[0]}:1,{names[1]}:1,{names[2]}:1 "
+                      f"(added {names[2]})", err)
+        self.assertIn(f"host {names[1]} is blacklisted", err)
+        self.assertIn(f"generation 3: 2 ranks on {names[0]}:1,{names[2]}:1 (removed {names[1]})",
+                      err)
+        joins = re.findall(r"joined generation (\d+): slot (\S+):0 is rank (\d+) of (\d+) "
+                           r"\(.*\) iface (\S+)", text)
+        by_gen = {}
+        for g, host, r, n, iface in joins:
+            by_gen.setdefault(int(g), {})[host] = (int(r), int(n), iface)
+        good = {x["name"]: x["good"] for x in h.hosts}
+        self.assertEqual(by_gen[3], {names[0]: (0, 2, good[names[0]]),
+                                     names[2]: (1, 2, good[names[2]])})
+        self.assertEqual(by_gen[2][names[2]], (2, 3, good[names[2]]))
 
     def test_host_whose_routable_interface_is_down(self):
         h = self.hosts(3)
