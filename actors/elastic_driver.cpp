@@ -25,6 +25,7 @@
 #include <set>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -529,7 +530,7 @@ private:
       return;
     // Hosts listed together join together, in the order listed (deterministic), unless a
     // failure makes the job wait: then the next generation forms from the hosts at hand.
-    bool plan_broken = rejoin_wanted_;
+    bool plan_broken = rejoin_due_;
     for (auto& [key, row] : plan_rows_) {
       auto* h = host_by_name(row.hostname);
       plan_broken = plan_broken || !h || h->blacklisted || !h->listed;
@@ -575,7 +576,7 @@ private:
       return fail(e.what());
     }
     waiting_slots_ = false;
-    if (gen_ > 0 && plan == plan_ && !rejoin_wanted_)
+    if (gen_ > 0 && plan == plan_ && !rejoin_due_)
       return; // e.g. hosts beyond --max-np appeared: no reset
     if (gen_ > 0 && ec_.reset_limit && static_cast<int>(gen_ - 1) >= *ec_.reset_limit)
       return fail(fmt::format("the job has been reset {} times, which reaches the reset limit "
@@ -635,6 +636,8 @@ private:
     }
     ++gen_;
     rejoin_wanted_ = false;
+    rejoin_due_ = false;
+    auto reason = std::exchange(reset_reason_, std::string{});
     plan_ = std::move(plan);
     plan_hosts_.clear();
     plan_rows_.clear();
@@ -672,9 +675,10 @@ private:
       layout += fmt::format("{}{}:{}", layout.empty() ? "" : ",", h.hostname,
                             std::count_if(plan_.begin(), plan_.end(),
                                           [&](auto& s) { return s.hostname == h.hostname; }));
-    say("generation {}: {} ranks on {}{}{}", gen_, plan_.size(), layout,
+    say("generation {}: {} ranks on {}{}{}{}", gen_, plan_.size(), layout,
         added.empty() || gen_ == 1 ? "" : fmt::format(" (added {})", fmt::join(added, ",")),
-        removed.empty() ? "" : fmt::format(" (removed {})", fmt::join(removed, ",")));
+        removed.empty() ? "" : fmt::format(" (removed {})", fmt::join(removed, ",")),
+        added.empty() && removed.empty() && !reason.empty() ? " (" + reason + ")" : std::string{});
     if (gen_ > 1)
       delayed_send(this, job_.start_timeout, deadline_atom::value,
                    dl_barrier | static_cast<uint32_t>(gen_ << 4));
@@ -839,6 +843,8 @@ private:
     if (gen != gen_ || !rejoin_wanted_ || done_ || finishing_)
       return;
     say("ranks asked to re-join without a reported failure; starting a new generation");
+    rejoin_due_ = true;
+    reset_reason_ = "ranks asked to re-join";
     reconsider();
   }
 
@@ -897,6 +903,7 @@ private:
       return maybe_finish();
     }
     say("{}", what);
+    reset_reason_ = "after a failure";
     blacklist(s.endpoint);
     reconsider();
     maybe_finish();
@@ -1145,7 +1152,9 @@ private:
   std::map<std::string, slot_info> plan_rows_;
   bool released_ = false;
   std::set<std::string> pending_votes_;
-  bool rejoin_wanted_ = false;
+  bool rejoin_wanted_ = false; // a rank that joined asks for the next generation
+  bool rejoin_due_ = false;    // ... and no failure explained it in time
+  std::string reset_reason_;
   bool waiting_slots_ = false;
   uint32_t slot_wait_serial_ = 0;
 

@@ -182,6 +182,44 @@ class ElasticTest(unittest.TestCase):
         self.assertIn("every host is blacklisted; first failure: rank 1 on host ha ended with "
                       "signal 9", err)
 
+    def test_hung_rank_misses_the_barrier_deadline(self):
+        """A stopped rank: its peers time out in Gloo and re-join; it never votes, so the
+        generation's barrier deadline blacklists its host and the job goes on."""
+        for n in ("ha", "hb", "hc"):
+            self.c.node(n)
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        self.start("--min-np", "1", "--start-timeout", "2", "--kill-grace-seconds", "1",
+                   "--env", "HOROVOD_GLOO_TIMEOUT_SECONDS=2", steps=150)
+        self.wait_for_step(10)
+        pid = self.rank_pid(1)
+        os.kill(pid, signal.SIGSTOP)
+        rc, out, err = self.finish(timeout=90)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(err, r"rank 1 \(hb:0\) did not join generation \d+ within 2 s")
+        self.assertIn("host hb is blacklisted", err)
+        text, seen = self.check_run(out, 150)
+        last = max(self.joins(text))
+        self.assertEqual(self.joins(text)[last], {"ha:0": (0, 2), "hc:0": (1, 2)})
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10, "the stopped rank to be killed")
+
+    def test_interrupt_and_driver_kill_stop_every_rank(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        self.start("--min-np", "2", steps=100000)
+        self.wait_for_step(5)
+        self.driver.send_signal(signal.SIGINT)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 130, err)
+        self.assertIn("received Interrupt; stopping the job", err)
+        wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 10, "ranks to be gone")
+        self.start("--min-np", "2", steps=100000)
+        self.wait_for_step(5)
+        self.driver.kill()
+        self.driver.wait()
+        wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 15,
+                   "the ranks of a killed driver to be stopped by their agents")
+
     # -- host changes --------------------------------------------------------------------
 
     def test_hosts_added_then_removed(self):
