@@ -410,7 +410,9 @@ int run_job(int argc, char** argv, bool embedded) {
                                       "options"}
                         : std::string{"caf-hvd driver: run a job across node agents.\n\n"
                                       "usage: caf-hvd driver -np N (-H SPEC,... | --hostfile FILE) "
-                                      "[options] -- COMMAND [ARGS...]\n\noptions"};
+                                      "[options] -- COMMAND [ARGS...]\n"
+                                      "       caf-hvd driver --host-discovery-script PATH "
+                                      "[--min-np N] [--max-np N] [options] -- COMMAND\n\noptions"};
   job_options o{title, !embedded};
   auto [args, cmd] = split_command(argc, argv);
   if (std::find(args.begin(), args.end(), "--help") != args.end()
@@ -584,6 +586,7 @@ void print_usage(std::ostream& os) {
      << "usage:\n"
      << "  caf-hvd run -np N [options] -- COMMAND [ARGS...]     a job on this machine\n"
      << "  caf-hvd driver -np N -H HOST:SLOTS,... [options] -- COMMAND [ARGS...]\n"
+     << "  caf-hvd driver --host-discovery-script PATH --min-np N [options] -- COMMAND\n"
      << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--bind ADDR]\n"
      << "  caf-hvd cluster init [DIR]                          create a cluster's credentials\n"
      << "  caf-hvd --version\n\n"

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Elastic recovery time: from a rank's SIGKILL to the first allreduce of the next
+generation, on this machine.
+
+usage: bench/elastic.py [--runs N] [--build DIR] [--no-torch]
+
+caf-hvd: node agents on loopback (one per host, 1 slot each, mutual TLS), a driver with a
+discovery script, caf-hvd-allreduce --elastic (one allreduce per 10 ms step). The last
+rank is killed once step 20 is done; the time is taken from just before the kill to the
+first step that the new generation's rank 0 reports (every rank stamps wall-clock ms).
+  - "spare": one more host than --max-np, so a new process on the spare host replaces
+    the failed host's rank and the world size is kept (what torchrun's restart does);
+  - "shrink": no spare; the survivors go on with one rank fewer.
+torchrun (when python3-torch is installed): --standalone --max_restarts 1, best-case
+--monitor_interval 0.1, bench/torch_elastic.py (gloo all_reduce every 10 ms); the same
+kill, timed to the first all_reduce after the restart.
+Prints medians and min-max (ms) as a Markdown table."""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
+_BUILD = sys.argv[sys.argv.index("--build") + 1] if "--build" in sys.argv[:-1] else \
+    os.path.join(ROOT, "build")
+os.environ.setdefault("CAF_HVD", os.path.join(_BUILD, "apps", "caf-hvd"))
+from harness import Cluster, pids_matching  # noqa: E402
+
+STEP = re.compile(r"step (\d+) size (\d+) sum \d+ t=(\d+)")
+GEN = re.compile(r"generation (\d+): rank 0 of (\d+) on \S+ resumes at step \d+ t=\d+")
+
+
+def env_of(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    except OSError:
+        return {}
+
+
+def read_until(p, pattern, timeout, lines):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = pattern.search(line)
+        if m:
+            return m
+    raise RuntimeError(f"no {pattern.pattern!r}:\n{''.join(lines)[-1500:]}")
+
+
+def caf_hvd_recovery(c, allreduce, script, listing, ports, n, spare):
+    with open(listing, "w") as f:
+        for port in ports[:n + (1 if spare else 0)]:
+            f.write(f"127.0.0.1:{port}:1\n")
+    p = c.start(["driver", "--host-discovery-script", script, "--min-np", "1", "--max-np",
+                 str(n), "--", allreduce, "--elastic", "--steps", "1000000", "--step-ms", "10"])
+    lines = []
+    try:
+        while True:
+            m = read_until(p, STEP, 30, lines)
+            if int(m.group(1)) >= 20:
+                break
+        victim = None
+        for pid in pids_matching(allreduce, prefix=True):
+            e = env_of(pid)
+            if e.get(b"HOROVOD_RANK") == str(n - 1).encode() and b"HOROVOD_ELASTIC" in e:
+                victim = pid
+        t_kill = time.time() * 1000
+        os.kill(victim, signal.SIGKILL)
+        g = read_until(p, GEN, 30, lines)
+        if int(g.group(1)) < 2:
+            raise RuntimeError("no new generation")
+        size = int(g.group(2))
+        m = read_until(p, STEP, 30, lines)
+        return int(m.group(3)) - t_kill, size
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+
+
+def torchrun_recovery(torchrun, n):
+    prog = os.path.join(ROOT, "bench", "torch_elastic.py")
+    cmd = [torchrun, "--standalone", "--redirects", "1", "--tee", "2", "--nproc_per_node",
+           str(n), "--max_restarts", "1", "--monitor_interval", "0.1", prog]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    lines = []
+    pat = re.compile(r"restart (\d+) step (\d+) t=(\d+)")
+    try:
+        while True:
+            m = read_until(p, pat, 120, lines)
+            if int(m.group(2)) >= 20:
+                break
+        victim = None
+        for pid in pids_matching("torch_elastic.py"):
+            e = env_of(pid)
+            if e.get(b"RANK") == str(n - 1).encode() and \
+               e.get(b"TORCHELASTIC_RESTART_COUNT") == b"0" and b"CAF_HVD_BENCH" in e:
+                victim = pid
+        if victim is None:
+            raise RuntimeError("torchrun worker not found")
+        t_kill = time.time() * 1000
+        os.kill(victim, signal.SIGKILL)
+        while True:
+            m = read_until(p, pat, 120, lines)
+            if int(m.group(1)) >= 1:
+                return int(m.group(3)) - t_kill
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.communicate(timeout=20)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+
+
+def row(name, n, xs, extra=""):
+    print(f"| {name} | {n} | {statistics.median(xs):.0f} | {min(xs):.0f} - {max(xs):.0f} "
+          f"| {extra} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--no-torch", action="store_true")
+    a = ap.parse_args()
+    allreduce = os.path.join(a.build, "apps", "caf-hvd-allreduce")
+    torchrun = shutil.which("torchrun")
+    have_torch = not a.no_torch and torchrun and subprocess.run(
+        ["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True).returncode == 0
+    os.environ["CAF_HVD_BENCH"] = "1"
+    work = tempfile.mkdtemp(prefix="caf-hvd-bench-elastic-")
+    c = Cluster()
+    try:
+        listing, script = os.path.join(work, "hosts"), os.path.join(work, "discover.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {listing}\n")
+        os.chmod(script, 0o700)
+        ports = [c.node(f"h{i}") for i in range(5)]
+        print(f"## elastic recovery, {a.runs} runs (ms from SIGKILL to the first allreduce of "
+              "the next generation: median | min - max)\n")
+        print("| launcher | ranks at failure | median | min - max | new world size |")
+        print("|---|---|---|---|---|")
+        results = {}
+        for n in (2, 4):
+            res = {"spare": [], "shrink": [], "torchrun": []}
+            sizes = {"spare": set(), "shrink": set()}
+            for _ in range(a.runs):
+                for mode in ("spare", "shrink"):
+                    ms, size = caf_hvd_recovery(c, allreduce, script, listing, ports, n,
+                                                mode == "spare")
+                    res[mode].append(ms)
+                    sizes[mode].add(size)
+                if have_torch:
+                    res["torchrun"].append(torchrun_recovery(torchrun, n))
+            row("caf-hvd driver, spare host", n, res["spare"], ",".join(map(str, sizes["spare"])))
+            row("caf-hvd driver, survivors only", n, res["shrink"],
+                ",".join(map(str, sizes["shrink"])))
+            if have_torch:
+                row("torchrun --max_restarts 1 --monitor_interval 0.1", n, res["torchrun"],
+                    str(n))
+            results[n] = res
+        if have_torch:
+            print()
+            for n, res in results.items():
+                t = statistics.median(res["torchrun"])
+                print(f"- {n} ranks: torchrun / caf-hvd = {t / statistics.median(res['spare']):.1f}x"
+                      f" (spare host), {t / statistics.median(res['shrink']):.1f}x "
+                      "(survivors only)")
+        else:
+            print("\n(torchrun skipped: python3-torch is not installed; scripts/setup-torch.sh)")
+    finally:
+        c.close()
+        shutil.rmtree(work, True)
+
+
+if __name__ == "__main__":
+    main()
