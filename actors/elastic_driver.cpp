@@ -184,11 +184,11 @@ private:
   std::string describe(const caf::error& e) { return system().render(e); }
 
   eslot* slot_by_id(uint32_t id) {
-    auto it = slot_ids_.find(id);
-    if (it == slot_ids_.end())
-      return nullptr;
-    auto s = slots_.find(it->second);
-    return s == slots_.end() ? nullptr : &s->second;
+    if (auto it = slot_ids_.find(id); it != slot_ids_.end())
+      if (auto s = slots_.find(it->second); s != slots_.end() && s->second.id == id)
+        return &s->second;
+    auto o = old_slots_.find(id);
+    return o == old_slots_.end() ? nullptr : &o->second;
   }
 
   ehost* host_by_name(const std::string& name) {
@@ -708,6 +708,9 @@ private:
     s.running = true;
     s.started = gen_;
     s.rank = row.rank;
+    // A retired process of the same slot may still be ending: it keeps its own entry.
+    if (auto prev = slots_.find(key); prev != slots_.end() && prev->second.running)
+      old_slots_[prev->second.id] = prev->second;
     slots_[key] = s;
     slot_ids_[s.id] = key;
     auto self_hdl = caf::actor_cast<driver_actor>(this);
@@ -873,6 +876,10 @@ private:
     exit_status st{ex.code, ex.signal, ex.exec_error};
     s->exit_code = st.launcher_code();
     log("slot {} (rank {}) ended: {}", s->key, s->rank, st.describe());
+    if (old_slots_.count(ex.rank)) {
+      old_slots_.erase(ex.rank);
+      return maybe_finish();
+    }
     if (s->retired || !in_plan(s->key)) {
       pending_votes_.erase(s->key);
       return maybe_finish();
@@ -945,6 +952,12 @@ private:
   }
 
   void on_down(const caf::down_msg& dm) {
+    for (auto it = old_slots_.begin(); it != old_slots_.end(); ++it)
+      if (it->second.worker && it->second.worker.address() == dm.source
+          && dm.reason != caf::exit_reason::normal) {
+        old_slots_.erase(it);
+        return maybe_finish();
+      }
     if (dm.reason == caf::exit_reason::normal)
       return;
     for (auto& [ep, h] : hosts_) {
@@ -973,6 +986,8 @@ private:
         s.retired = true;
         pending_votes_.erase(key);
       }
+      for (auto it = old_slots_.begin(); it != old_slots_.end();)
+        it = it->second.endpoint == ep ? old_slots_.erase(it) : std::next(it);
       auto what = fmt::format("node agent {} was lost: {}", h.label(), why);
       if (had_ranks && !finishing_) {
         note_failure(what);
@@ -999,6 +1014,8 @@ private:
     for (auto& [key, s] : slots_)
       if (s.running)
         return;
+    if (!old_slots_.empty())
+      return;
     finish();
   }
 
@@ -1086,6 +1103,9 @@ private:
     for (auto& [key, s] : slots_)
       if (s.worker)
         send_exit(s.worker, caf::exit_reason::user_shutdown);
+    for (auto& [id, s] : old_slots_)
+      if (s.worker)
+        send_exit(s.worker, caf::exit_reason::user_shutdown);
     for (auto& [ep, h] : hosts_)
       if (h.colocator)
         send_exit(h.colocator, caf::exit_reason::user_shutdown);
@@ -1142,6 +1162,7 @@ private:
   std::vector<std::string> order_;         // available endpoints in age order
   std::map<std::string, eslot> slots_;     // by key
   std::map<uint32_t, std::string> slot_ids_;
+  std::map<uint32_t, eslot> old_slots_;     // replaced while their process still ends
   uint32_t next_slot_id_ = 0;
   bool discovering_ = false;
   int discovery_runs_ = 0;

@@ -11,6 +11,8 @@ usage: bench/compare.py [--runs N] [--build DIR]
    under caf-hvd and torchrun's best case.
 3. failure detection: rank 1 exits 3 after 1 s while the others sleep; time from that
    rank's exit to the launcher's exit, and the exit code and cause each launcher reports.
+4. elastic recovery: a rank killed mid-loop, time to the next group's first allreduce,
+   caf-hvd's elastic driver vs torchrun --max_restarts 1 (bench/elastic.py).
 
 Needs openmpi-bin and python3-torch (scripts/setup-torch.sh)."""
 
@@ -128,6 +130,12 @@ def main():
         xs = res[k]
         print(f"| {k} | {statistics.median(xs):.1f} | {min(xs):.1f} - {max(xs):.1f} | "
               f"{sorted(codes[k])} | `{causes[k]}` |", flush=True)
+
+    print()
+    os.environ["CAF_HVD"] = caf
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import elastic  # noqa: E402  (uses CAF_HVD)
+    elastic.recovery_table(a.runs, a.build, heading="## 4.")
 
 
 if __name__ == "__main__":

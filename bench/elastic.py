@@ -134,15 +134,11 @@ def row(name, n, xs, extra=""):
           f"| {extra} |")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--no-torch", action="store_true")
-    a = ap.parse_args()
-    allreduce = os.path.join(a.build, "apps", "caf-hvd-allreduce")
+def recovery_table(runs, build, with_torch=True, heading="##"):
+    """Runs every configuration `runs` times, alternating, and prints the table."""
+    allreduce = os.path.join(build, "apps", "caf-hvd-allreduce")
     torchrun = shutil.which("torchrun")
-    have_torch = not a.no_torch and torchrun and subprocess.run(
+    have_torch = with_torch and torchrun and subprocess.run(
         ["/usr/bin/python3", "-c", "import torch.distributed"], capture_output=True).returncode == 0
     os.environ["CAF_HVD_BENCH"] = "1"
     work = tempfile.mkdtemp(prefix="caf-hvd-bench-elastic-")
@@ -153,15 +149,15 @@ def main():
             f.write(f"#!/bin/sh\ncat {listing}\n")
         os.chmod(script, 0o700)
         ports = [c.node(f"h{i}") for i in range(5)]
-        print(f"## elastic recovery, {a.runs} runs (ms from SIGKILL to the first allreduce of "
-              "the next generation: median | min - max)\n")
+        print(f"{heading} elastic recovery, {runs} runs (ms from SIGKILL to the first allreduce "
+              "of the next generation: median | min - max)\n")
         print("| launcher | ranks at failure | median | min - max | new world size |")
         print("|---|---|---|---|---|")
         results = {}
         for n in (2, 4):
             res = {"spare": [], "shrink": [], "torchrun": []}
             sizes = {"spare": set(), "shrink": set()}
-            for _ in range(a.runs):
+            for _ in range(runs):
                 for mode in ("spare", "shrink"):
                     ms, size = caf_hvd_recovery(c, allreduce, script, listing, ports, n,
                                                 mode == "spare")
@@ -175,6 +171,7 @@ def main():
             if have_torch:
                 row("torchrun --max_restarts 1 --monitor_interval 0.1", n, res["torchrun"],
                     str(n))
+            sys.stdout.flush()
             results[n] = res
         if have_torch:
             print()
@@ -188,6 +185,15 @@ def main():
     finally:
         c.close()
         shutil.rmtree(work, True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--no-torch", action="store_true")
+    a = ap.parse_args()
+    recovery_table(a.runs, a.build, not a.no_torch)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A torch.distributed gloo loop for the recovery benchmark under torchrun: an
-all_reduce every 10 ms; rank 0 prints 'restart R step S t=EPOCH_MS' after each."""
+all_reduce every 10 ms; rank 0 prints 'restart R step S t=EPOCH_MS' after each, on stderr
+(torchrun's --tee 2 passes only stderr through)."""
 import os
+import sys
 import time
 
 import torch
@@ -17,5 +19,6 @@ while step < 1_000_000:
     dist.all_reduce(t)
     step += 1
     if rank == 0:
-        print(f"restart {restart} step {step} t={int(time.time() * 1000)}", flush=True)
+        print(f"restart {restart} step {step} t={int(time.time() * 1000)}", file=sys.stderr,
+              flush=True)
     time.sleep(0.01)
