@@ -24,6 +24,7 @@
 #include <fmt/ranges.h>
 
 #include "actors/config.hpp"
+#include "actors/driver_util.hpp"
 
 #include <caf/openssl/all.hpp>
 #include "actors/coordinator.hpp"
@@ -52,21 +53,6 @@ const char* phase_name(phase p) {
   static const char* names[] = {"connect", "place",  "register", "rendezvous",
                                 "nic",     "launch", "run",      "teardown"};
   return names[static_cast<uint32_t>(p)];
-}
-
-// Writes all of `s` to `fd`; output to a closed pipe is dropped, never fatal.
-void write_all(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    auto n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
 }
 
 struct node_entry {
@@ -104,10 +90,7 @@ public:
 
   behavior_type make_behavior() override {
     started_ = std::chrono::steady_clock::now();
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    job_id_ = fmt::format("{}-{}-{}", host, getpid(),
-                          std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
+    job_id_ = make_job_id();
     coordinator_ = spawn(coordinator_fn);
     set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
     place_ranks();
@@ -259,21 +242,7 @@ private:
   }
 
   std::string connect_error(const caf::error& e) {
-    if (e == caf::sec::request_timeout)
-      return "no answer before the start timeout";
-    if (e == caf::sec::cannot_connect_to_node)
-      return "connection refused or host unreachable (is `caf-hvd node` running there?)";
-    if (e == caf::sec::connection_timeout)
-      return "the peer accepted the connection but never completed the handshake (not a "
-             "caf-hvd node agent, or a hung one)";
-    if (e == caf::sec::disconnect_during_handshake)
-      return job_.tls ? "the TLS handshake failed: the agent is not of this cluster (another "
-                        "CA), or runs with --insecure"
-                      : "the agent closed the connection during the handshake: it requires "
-                        "TLS (drop --insecure and use the cluster's credentials)";
-    if (e == caf::sec::incompatible_application_ids)
-      return "the peer is not a caf-hvd node agent of this version";
-    return describe(e);
+    return cafhvd::connect_error(system(), e, job_.tls);
   }
 
   // -- place ----------------------------------------------------------------------------
@@ -528,13 +497,6 @@ private:
               },
               [this, who](caf::error& e) { fail_start(fmt::format("{}: {}", who, describe(e))); });
     }
-  }
-
-  static std::string loopback_name(const node_info& info) {
-    for (auto& a : info.interfaces)
-      if (a.loopback)
-        return a.name;
-    return "lo";
   }
 
   // -- launch --------------------------------------------------------------------------

@@ -14,6 +14,9 @@
 #include "actors/driver.hpp"
 
 #include <algorithm>
+#include <array>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -33,6 +36,7 @@
 #include <caf/openssl/all.hpp>
 
 #include "actors/config.hpp"
+#include "actors/driver_util.hpp"
 #include "actors/node_actors.hpp"
 #include "runtime/env.hpp"
 #include "runtime/nic.hpp"
@@ -54,33 +58,6 @@ using elastic_driver_actor = driver_full_actor::extend<
 
 // deadline_atom kinds (low 4 bits; the rest is a serial number)
 enum : uint32_t { dl_teardown = 1, dl_slots = 2, dl_barrier = 3 };
-
-void write_all(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    auto n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
-
-std::optional<std::string> resolve_ipv4(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
-    return std::nullopt;
-  char buf[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
-  freeaddrinfo(res);
-  return std::string{buf};
-}
 
 using clock_type = std::chrono::steady_clock;
 
@@ -135,10 +112,7 @@ public:
 
   behavior_type make_behavior() override {
     started_ = clock_type::now();
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    job_id_ = fmt::format("{}-{}-{}", host, getpid(),
-                          std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
+    job_id_ = make_job_id();
     set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
     send(this, discover_atom::value);
     return {
@@ -286,9 +260,10 @@ private:
     h.st = ehost::status::connecting;
     h.colocator = nullptr;
     h.info = node_info{};
-    auto addr = resolve_ipv4(h.spec.host);
+    std::string error;
+    auto addr = resolve_ipv4(h.spec.host, &error);
     if (!addr)
-      return host_unusable(ep, fmt::format("cannot resolve '{}'", h.spec.host));
+      return host_unusable(ep, fmt::format("cannot resolve '{}': {}", h.spec.host, error));
     h.address = *addr;
     // CAF connects one node at a time: a host that does not answer TCP would stall every
     // other connect, so reachability is checked first, on a thread.
@@ -330,17 +305,7 @@ private:
   }
 
   std::string connect_error(const caf::error& e) {
-    if (e == caf::sec::request_timeout)
-      return "no answer before the start timeout";
-    if (e == caf::sec::cannot_connect_to_node)
-      return "connection refused or host unreachable (is `caf-hvd node` running there?)";
-    if (e == caf::sec::connection_timeout)
-      return "the peer accepted the connection but never completed the handshake";
-    if (e == caf::sec::disconnect_during_handshake)
-      return job_.tls ? "the TLS handshake failed: the agent is not of this cluster, or runs "
-                        "with --insecure"
-                      : "the agent closed the connection during the handshake: it requires TLS";
-    return describe(e);
+    return cafhvd::connect_error(system(), e, job_.tls);
   }
 
   void spawn_colocator(const std::string& ep) {
@@ -385,13 +350,6 @@ private:
             [this, ep](caf::error& e) {
               host_unusable(ep, fmt::format("no node info: {}", describe(e)));
             });
-  }
-
-  static std::string loopback_name(const node_info& info) {
-    for (auto& a : info.interfaces)
-      if (a.loopback)
-        return a.name;
-    return "lo";
   }
 
   // Loopback agents talk over loopback. Otherwise a joining host probes every ready
@@ -1110,6 +1068,11 @@ private:
       if (h.colocator)
         send_exit(h.colocator, caf::exit_reason::user_shutdown);
     server_.reset();
+    for (auto& [key, fds] : output_fds_)
+      for (int fd : fds)
+        if (fd >= 0)
+          ::close(fd);
+    output_fds_.clear();
     int code = 0;
     if (interrupted_) {
       code = 128 + interrupted_;
@@ -1147,6 +1110,29 @@ private:
       text += '\n';
     }
     write_all(b.stream == 1 ? 2 : 1, text);
+    if (!s || job_.output_dir.empty())
+      return;
+    // --output-filename: per slot (a slot's successive processes append), since ranks
+    // change between generations.
+    int idx = b.stream == 1 ? 1 : 0;
+    auto [fit, fresh] = output_fds_.try_emplace(s->key, std::array<int, 2>{-2, -2});
+    auto& fds = fit->second;
+    if (fds[idx] == -2) {
+      auto dir = fmt::format("{}/{}", job_.output_dir, s->key);
+      ::mkdir(dir.c_str(), 0755);
+      auto path = fmt::format("{}/{}", dir, idx == 1 ? "stderr" : "stdout");
+      fds[idx] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fds[idx] < 0)
+        say("warning: cannot write {}: {}", path, std::strerror(errno));
+    }
+    if (fds[idx] >= 0) {
+      std::string raw;
+      for (auto& l : b.lines) {
+        raw += l;
+        raw += '\n';
+      }
+      write_all(fds[idx], raw);
+    }
   }
 
   job_config job_;
@@ -1162,7 +1148,8 @@ private:
   std::vector<std::string> order_;         // available endpoints in age order
   std::map<std::string, eslot> slots_;     // by key
   std::map<uint32_t, std::string> slot_ids_;
-  std::map<uint32_t, eslot> old_slots_;     // replaced while their process still ends
+  std::map<uint32_t, eslot> old_slots_;
+  std::map<std::string, std::array<int, 2>> output_fds_; // slot -> stdout, stderr (-2: not open)     // replaced while their process still ends
   uint32_t next_slot_id_ = 0;
   bool discovering_ = false;
   int discovery_runs_ = 0;

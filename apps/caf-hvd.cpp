@@ -25,6 +25,7 @@
 #include "runtime/credentials.hpp"
 #include "runtime/env.hpp"
 #include "runtime/host_spec.hpp"
+#include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
 
@@ -75,17 +76,12 @@ std::string shim_path() {
   return path;
 }
 
-std::string resolve_ipv4(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0)
-    throw usage_error(fmt::format("cannot resolve host '{}': {}", host, gai_strerror(rc)));
-  char buf[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
-  freeaddrinfo(res);
-  return buf;
+std::string resolve_or_fail(const std::string& host) {
+  std::string error;
+  auto a = resolve_ipv4(host, &error);
+  if (!a)
+    throw usage_error(fmt::format("cannot resolve host '{}': {}", host, error));
+  return *a;
 }
 
 // Creates --output-filename's directory (with parents) and checks that it is writable,
@@ -483,7 +479,7 @@ int run_job(int argc, char** argv, bool embedded) {
     for (auto& h : job.hosts) {
       if (need <= 0)
         break;
-      job.addresses.push_back(resolve_ipv4(h.host));
+      job.addresses.push_back(resolve_or_fail(h.host));
       need -= h.slots;
     }
   }

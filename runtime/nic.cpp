@@ -1,8 +1,9 @@
-// Enumerates IPv4 interfaces with getifaddrs.
+// Enumerates IPv4 interfaces with getifaddrs; routes and name resolution.
 #include "runtime/nic.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -59,6 +60,22 @@ std::optional<std::string> local_address_towards(const std::string& peer) {
 bool is_loopback_address(const std::string& ipv4) {
   in_addr a{};
   return inet_pton(AF_INET, ipv4.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+std::optional<std::string> resolve_ipv4(const std::string& host, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0 || !res) {
+    if (error)
+      *error = rc != 0 ? gai_strerror(rc) : "no address";
+    return std::nullopt;
+  }
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  freeaddrinfo(res);
+  return std::string{buf};
 }
 
 } // namespace cafhvd

@@ -23,6 +23,10 @@ std::vector<interface_addr> list_interfaces();
 /// sent: a UDP socket is connected and asked for its name).
 std::optional<std::string> local_address_towards(const std::string& peer);
 
+/// The first IPv4 address of `host` (a name or an address); nullopt with `error` set
+/// (getaddrinfo's message) when it does not resolve.
+std::optional<std::string> resolve_ipv4(const std::string& host, std::string* error = nullptr);
+
 /// True for 127.0.0.0/8.
 bool is_loopback_address(const std::string& ipv4);
 

@@ -5,6 +5,7 @@ driver's messages. Run by `meson test`; prints a closing 'N passed, N failed' li
 
 import os
 import re
+import shutil
 import signal
 import stat
 import sys
@@ -33,9 +34,7 @@ class ElasticTest(unittest.TestCase):
         self.driver = None
 
     def tearDown(self):
-        for f in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, f))
-        os.rmdir(self.dir)
+        shutil.rmtree(self.dir, True)
 
     def write_script(self, text):
         with open(self.script, "w") as f:
@@ -121,7 +120,8 @@ class ElasticTest(unittest.TestCase):
         self.c.node("ha")
         self.c.node("hb")
         self.set_hosts(("ha", 2), ("hb", 2))
-        self.start("--min-np", "2", steps=80)
+        outdir = os.path.join(self.dir, "out")
+        self.start("--min-np", "2", "--output-filename", outdir, steps=80)
         self.wait_for_step(10)
         os.kill(self.rank_pid(0), signal.SIGKILL)
         rc, out, err = self.finish()
@@ -135,6 +135,13 @@ class ElasticTest(unittest.TestCase):
         # the former rank `slots` (2) is the new rank 0
         self.assertEqual(j[2], {"hb:0": (0, 2), "hb:1": (1, 2)})
         self.assertEqual({n for _, n, _ in seen}, {4, 2})
+        # --output-filename: one directory per slot, the slot's lines across generations
+        with open(os.path.join(outdir, "hb:0", "stdout")) as f:
+            slot_out = f.read()
+        self.assertIn("joined generation 1: slot hb:0 is rank 2 of 4", slot_out)
+        self.assertIn("joined generation 2: slot hb:0 is rank 0 of 2", slot_out)
+        self.assertIn("elastic run done: 80 steps", slot_out)
+        self.assertEqual(sorted(os.listdir(outdir)), ["ha:0", "ha:1", "hb:0", "hb:1"])
 
     def test_node_agent_killed(self):
         self.c.node("ha")

@@ -18,6 +18,7 @@
 #include "runtime/elastic.hpp"
 #include "runtime/host_spec.hpp"
 #include "runtime/rendezvous_server.hpp"
+#include "socket_util.hpp"
 
 using namespace cafhvd;
 using namespace std::chrono_literals;
@@ -25,28 +26,10 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string http(uint16_t port, const std::string& path, std::chrono::milliseconds t = 3s) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  int fd = test::connect_to(port);
   auto req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   REQUIRE(::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size()));
-  std::string out;
-  char buf[4096];
-  auto deadline = std::chrono::steady_clock::now() + t;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0)
-      break;
-    auto n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<size_t>(n));
-  }
+  auto out = test::read_all(fd, t);
   ::close(fd);
   return out;
 }

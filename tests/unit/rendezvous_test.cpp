@@ -12,6 +12,7 @@
 
 #include "runtime/kv_store.hpp"
 #include "runtime/rendezvous_server.hpp"
+#include "socket_util.hpp"
 
 using namespace cafhvd;
 using namespace std::chrono_literals;
@@ -22,39 +23,14 @@ std::vector<slot_info> plan_3_plus_1() {
   return get_host_assignments({{"A", 3}, {"B", 1}}, 4);
 }
 
-int connect_to(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  return fd;
-}
-
-// Reads until the peer closes or `timeout` passes; returns what arrived.
-std::string read_all(int fd, std::chrono::milliseconds timeout = 3s) {
-  std::string out;
-  char buf[65536];
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      break;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
-      break;
-    auto n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
 // Sends raw bytes on a fresh connection, as Horovod's HTTPRequest client does, and
 // returns the whole answer (the server closes with Connection: close).
+using test::connect_to;
+
+std::string read_all(int fd, std::chrono::milliseconds timeout = 3s) {
+  return test::read_all(fd, timeout);
+}
+
 std::string raw(uint16_t port, const std::string& bytes, std::chrono::milliseconds t = 3s) {
   int fd = connect_to(port);
   REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));

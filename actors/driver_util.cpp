@@ -1,0 +1,57 @@
+#include "actors/driver_util.hpp"
+
+#include <cerrno>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+namespace cafhvd {
+
+std::string make_job_id() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return fmt::format("{}-{}-{}", host, getpid(),
+                     std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
+}
+
+void write_all(int fd, const std::string& s) {
+  const char* p = s.data();
+  size_t left = s.size();
+  while (left > 0) {
+    auto n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls) {
+  if (e == caf::sec::request_timeout)
+    return "no answer before the start timeout";
+  if (e == caf::sec::cannot_connect_to_node)
+    return "connection refused or host unreachable (is `caf-hvd node` running there?)";
+  if (e == caf::sec::connection_timeout)
+    return "the peer accepted the connection but never completed the handshake (not a "
+           "caf-hvd node agent, or a hung one)";
+  if (e == caf::sec::disconnect_during_handshake)
+    return tls ? "the TLS handshake failed: the agent is not of this cluster (another "
+                 "CA), or runs with --insecure"
+               : "the agent closed the connection during the handshake: it requires "
+                 "TLS (drop --insecure and use the cluster's credentials)";
+  if (e == caf::sec::incompatible_application_ids)
+    return "the peer is not a caf-hvd node agent of this version";
+  return sys.render(e);
+}
+
+std::string loopback_name(const node_info& info) {
+  for (auto& a : info.interfaces)
+    if (a.loopback)
+      return a.name;
+  return "lo";
+}
+
+} // namespace cafhvd

@@ -1,0 +1,24 @@
+// Helpers shared by the static and the elastic driver.
+#pragma once
+
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "actors/protocol.hpp"
+
+namespace cafhvd {
+
+/// Names a job in node agents' messages: driver host, pid and a time stamp.
+std::string make_job_id();
+
+/// Writes all of `s` to `fd`; output to a closed pipe is dropped, never fatal.
+void write_all(int fd, const std::string& s);
+
+/// Why connecting to a node agent failed, in words a user can act on.
+std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls);
+
+/// The name of a node's loopback interface ("lo" if it reported none).
+std::string loopback_name(const node_info& info);
+
+} // namespace cafhvd
