@@ -227,6 +227,18 @@ class ElasticTest(unittest.TestCase):
         wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 15,
                    "the ranks of a killed driver to be stopped by their agents")
 
+    def test_no_host_of_the_previous_generation_left(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1))
+        self.start("--min-np", "1", steps=100000)
+        self.wait_for_step(5)
+        self.set_hosts(("hb", 1))  # every host of generation 1 goes at once
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 1, err)
+        self.assertIn("no host of generation 1 is left to carry the job's state over", err)
+        wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 10, "ranks to be gone")
+
     # -- host changes --------------------------------------------------------------------
 
     def test_hosts_added_then_removed(self):
