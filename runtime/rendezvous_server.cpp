@@ -100,6 +100,64 @@ std::string scope_snapshot(const kv_store& store, const std::string& scope) {
 
 } // namespace
 
+elastic_request parse_elastic_request(std::string_view raw, long max_wait_ms) {
+  constexpr std::string_view ras = "/rank_and_size/";
+  constexpr std::string_view upd = "/elastic/update";
+  elastic_request r;
+  if (raw.substr(0, ras.size()) == ras) {
+    auto slot = percent_decode(raw.substr(ras.size()));
+    auto colon = slot ? slot->rfind(':') : std::string::npos;
+    int lr = -1;
+    if (colon != std::string::npos && colon > 0) {
+      auto num = std::string_view{*slot}.substr(colon + 1);
+      auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), lr);
+      if (ec != std::errc{} || p != num.data() + num.size() || num.empty())
+        lr = -1;
+    }
+    if (lr < 0 || slot->find('/') != std::string::npos || slot->find('?') != std::string::npos) {
+      r.what = elastic_request::kind::bad;
+      r.error = "expected /rank_and_size/<host>:<local_rank>\n";
+      return r;
+    }
+    r.what = elastic_request::kind::rank_and_size;
+    r.host = slot->substr(0, colon);
+    r.local_rank = lr;
+    return r;
+  }
+  if (raw.substr(0, upd.size()) != upd)
+    return r;
+  auto bad = [&] {
+    r.what = elastic_request::kind::bad;
+    r.error = "expected /elastic/update[?after=G&wait_ms=N]\n";
+    return r;
+  };
+  auto query = raw.substr(upd.size());
+  r.what = elastic_request::kind::update;
+  if (query.empty())
+    return r;
+  if (query[0] != '?')
+    return bad();
+  query.remove_prefix(1);
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto param = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    auto eq = param.find('=');
+    auto name = param.substr(0, eq);
+    auto num = eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
+    long long v = -1;
+    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (ec != std::errc{} || p != num.data() + num.size() || v < 0
+        || (name != "after" && name != "wait_ms"))
+      return bad();
+    if (name == "after")
+      r.after = static_cast<uint64_t>(v);
+    else
+      r.wait_ms = static_cast<long>(std::min<long long>(v, max_wait_ms));
+  }
+  return r;
+}
+
 rendezvous_answer answer_request(kv_store& store, std::string_view method,
                                  std::string_view target_text, std::string body, bool has_length) {
   auto t = parse_target(target_text);
@@ -222,72 +280,34 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
 
   // The elastic endpoints; returns false when the target is none of them.
   bool parse_elastic_target(std::string_view raw, bool keep) {
-    constexpr std::string_view ras = "/rank_and_size/";
-    constexpr std::string_view upd = "/elastic/update";
-    if (raw.substr(0, ras.size()) == ras) {
-      auto slot = percent_decode(raw.substr(ras.size()));
-      auto colon = slot ? slot->rfind(':') : std::string::npos;
-      int lr = -1;
-      if (colon != std::string::npos && colon > 0) {
-        auto num = std::string_view{*slot}.substr(colon + 1);
-        auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), lr);
-        if (ec != std::errc{} || p != num.data() + num.size())
-          lr = -1;
-      }
-      if (lr < 0 || slot->find('/') != std::string::npos || slot->find('?') != std::string::npos) {
-        ++srv.rejected;
-        reply(http::status::bad_request, "expected /rank_and_size/<host>:<local_rank>\n", keep);
-        return true;
-      }
+    auto r = parse_elastic_request(raw, static_cast<long>(srv.opts.max_wait.count()));
+    switch (r.what) {
+    case elastic_request::kind::none:
+      return false;
+    case elastic_request::kind::bad:
+      ++srv.rejected;
+      reply(http::status::bad_request, r.error, keep);
+      return true;
+    case elastic_request::kind::rank_and_size: {
       keep_alive = keep;
       stream.expires_never();
-      srv.held[*slot].push_back(shared_from_this());
-      srv.on_vote(slot->substr(0, colon), lr);
+      auto slot = fmt::format("{}:{}", r.host, r.local_rank);
+      srv.held[slot].push_back(shared_from_this());
+      srv.on_vote(r.host, r.local_rank);
       return true;
     }
-    if (raw.substr(0, upd.size()) != upd)
-      return false;
-    auto query = raw.substr(upd.size());
-    uint64_t after = 0;
-    long wait = 0;
-    if (!query.empty()) {
-      if (query[0] != '?') {
-        ++srv.rejected;
-        reply(http::status::bad_request, "expected /elastic/update[?after=G&wait_ms=N]\n", keep);
-        return true;
-      }
-      query.remove_prefix(1);
-      while (!query.empty()) {
-        auto amp = query.find('&');
-        auto param = query.substr(0, amp);
-        query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-        auto eq = param.find('=');
-        auto name = param.substr(0, eq);
-        auto num = eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
-        long long v = -1;
-        auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
-        if (ec != std::errc{} || p != num.data() + num.size() || v < 0
-            || (name != "after" && name != "wait_ms")) {
-          ++srv.rejected;
-          reply(http::status::bad_request, "expected /elastic/update[?after=G&wait_ms=N]\n",
-                keep);
-          return true;
-        }
-        if (name == "after")
-          after = static_cast<uint64_t>(v);
-        else
-          wait = static_cast<long>(std::min<long long>(v, srv.opts.max_wait.count()));
-      }
+    case elastic_request::kind::update:
+      break;
     }
-    if (srv.update_generation > after || wait == 0) {
+    if (srv.update_generation > r.after || r.wait_ms == 0) {
       reply(http::status::ok, srv.update_text, keep);
       return true;
     }
     keep_alive = keep;
     stream.expires_never();
     auto self = shared_from_this();
-    srv.update_waiters.emplace_back(after, self);
-    wait_timer.expires_after(std::chrono::milliseconds(wait));
+    srv.update_waiters.emplace_back(r.after, self);
+    wait_timer.expires_after(std::chrono::milliseconds(r.wait_ms));
     wait_timer.async_wait([self](beast::error_code ec) {
       if (ec)
         return;

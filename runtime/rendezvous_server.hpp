@@ -45,6 +45,21 @@ struct rendezvous_answer {
 rendezvous_answer answer_request(kv_store& store, std::string_view method, std::string_view target,
                                  std::string body, bool has_length);
 
+/// An elastic endpoint's request, parsed from a GET target without I/O (used by the
+/// server and the fuzz target).
+struct elastic_request {
+  enum class kind { none, rank_and_size, update, bad } what = kind::none;
+  std::string host; // rank_and_size
+  int local_rank = -1;
+  uint64_t after = 0; // update
+  long wait_ms = 0;
+  std::string error; // bad: the 400 answer's body
+};
+
+/// `/rank_and_size/<host>:<local_rank>` or `/elastic/update[?after=G&wait_ms=N]` (waits
+/// capped at `max_wait_ms`); kind::none for any other target.
+elastic_request parse_elastic_request(std::string_view target, long max_wait_ms);
+
 class rendezvous_server {
 public:
   /// Binds and starts serving. Throws std::runtime_error naming the address on failure.

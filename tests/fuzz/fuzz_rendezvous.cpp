@@ -34,6 +34,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto req = parser.release();
     auto verb = req.method_string();
     auto target = req.target();
+    // The elastic endpoints' parser (the server tries it first for GETs).
+    auto e = cafhvd::parse_elastic_request({target.data(), target.size()}, 600000);
+    if (e.what == cafhvd::elastic_request::kind::rank_and_size
+        && (e.local_rank < 0 || e.host.empty() || e.host.find('/') != std::string::npos))
+      __builtin_trap();
+    if (e.wait_ms < 0 || e.wait_ms > 600000)
+      __builtin_trap();
     auto a =
         cafhvd::answer_request(store, {verb.data(), verb.size()}, {target.data(), target.size()},
                                std::move(req.body()), req.has_content_length() || req.chunked());
