@@ -263,6 +263,25 @@ class ElasticTest(unittest.TestCase):
         self.assertEqual([n for _, n, _ in seen][0], 2)
         self.assertIn(4, {n for _, n, _ in seen})
 
+    def test_slots_of_a_host_grow_and_shrink(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        self.start("--min-np", "2", steps=150)
+        self.wait_for_step(10)
+        self.set_hosts(("ha", 2), ("hb", 1))
+        self.wait_for_step(50)
+        self.set_hosts(("ha", 1), ("hb", 1))
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        text, seen = self.check_run(out, 150)
+        j = self.joins(text)
+        self.assertEqual(j[1], {"ha:0": (0, 2), "hb:0": (1, 2)})
+        self.assertEqual(j[2], {"ha:0": (0, 3), "ha:1": (1, 3), "hb:0": (2, 3)})
+        self.assertEqual(j[3], {"ha:0": (0, 2), "hb:0": (1, 2)})
+        self.assertIn("slot ha:1 is no longer in the job", text)
+        self.assertEqual([n for _, n, _ in seen][-1], 2)
+
     def test_max_np_no_reset_for_extra_hosts(self):
         self.c.node("ha")
         self.c.node("hb")
