@@ -17,6 +17,7 @@ namespace cafhvd {
 /// horovodrun's elastic flags (`caf-hvd driver --host-discovery-script ...`).
 struct elastic_config {
   std::string discovery_script;
+  std::string shim; // caf-hvd-exec, which runs the script in its own process group
   int min_np = 1;
   std::optional<int> max_np;
   std::optional<uint32_t> slots_per_host;

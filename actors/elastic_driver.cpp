@@ -181,8 +181,9 @@ private:
       return;
     discovering_ = true;
     auto hdl = caf::actor_cast<elastic_driver_actor>(this);
-    std::thread{[hdl, path = ec_.discovery_script, timeout = ec_.discovery_timeout] {
-      auto r = run_discovery_script(path, timeout);
+    std::thread{[hdl, shim = ec_.shim, path = ec_.discovery_script,
+                 timeout = ec_.discovery_timeout] {
+      auto r = run_discovery_script(shim, path, timeout);
       caf::anon_send(hdl, discover_atom::value, r.ok, r.ok ? r.output : r.error);
     }}.detach();
   }

@@ -341,6 +341,7 @@ elastic_config elastic_options(const job_options& o, const po::variables_map& vm
     throw usage_error("--host-discovery-script replaces -H/--hostfile: list the hosts from the "
                       "script");
   ec.discovery_script = o.discovery_script;
+  ec.shim = shim_path();
   struct stat st {};
   if (::stat(ec.discovery_script.c_str(), &st) != 0)
     throw usage_error(fmt::format("--host-discovery-script {}: {}", ec.discovery_script,

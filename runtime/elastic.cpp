@@ -1,21 +1,20 @@
-// Discovery script runner (posix_spawn, poll with a deadline, process-group kill) and
-// the elastic bookkeeping helpers.
+// Discovery script runner (through the rank shim, with a deadline) and the elastic
+// bookkeeping helpers.
 #include "runtime/elastic.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
+#include <condition_variable>
 #include <csignal>
-#include <cstring>
-#include <fcntl.h>
+#include <deque>
 #include <map>
-#include <poll.h>
+#include <mutex>
+#include <optional>
 #include <set>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
+
+#include "runtime/process.hpp"
 
 extern char** environ;
 
@@ -25,137 +24,77 @@ namespace {
 
 constexpr size_t max_output = 4u << 20;
 
-std::string describe_status(int status) {
-  if (WIFEXITED(status))
-    return fmt::format("exited with code {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
-                       strsignal(WTERMSIG(status)));
-  return "ended abnormally";
-}
-
-std::string tail_lines(const std::string& s, size_t lines) {
-  auto end = s.find_last_not_of("\n ");
-  if (end == std::string::npos)
-    return "";
-  size_t pos = end + 1;
-  for (size_t n = 0; n < lines && pos > 0; ++n) {
-    auto nl = s.rfind('\n', pos - 1);
-    pos = nl == std::string::npos ? 0 : nl;
-  }
-  auto t = s.substr(pos, end + 1 - pos);
-  if (!t.empty() && t[0] == '\n')
-    t.erase(0, 1);
-  return t;
-}
-
 } // namespace
 
-script_result run_discovery_script(const std::string& path, std::chrono::milliseconds timeout) {
+script_result run_discovery_script(const std::string& shim, const std::string& path,
+                                   std::chrono::milliseconds timeout) {
+  struct collected {
+    std::mutex mtx;
+    std::condition_variable cv;
+    std::string out;
+    std::deque<std::string> err_tail;
+    std::optional<exit_status> exit;
+  };
+  auto c = std::make_shared<collected>();
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    env.emplace_back(*e);
   script_result r;
-  int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) {
-    r.error = fmt::format("cannot create a pipe: {}", std::strerror(errno));
+  std::unique_ptr<child_process> child;
+  try {
+    child = std::make_unique<child_process>(
+        process_spec{shim, {path}, std::move(env), ""},
+        [c](stream_kind k, std::vector<std::string>&& lines) {
+          std::lock_guard<std::mutex> g{c->mtx};
+          for (auto& l : lines) {
+            if (k == stream_kind::out) {
+              if (c->out.size() < max_output) {
+                c->out += l;
+                c->out += '\n';
+              }
+            } else {
+              c->err_tail.push_back(std::move(l));
+              if (c->err_tail.size() > 3)
+                c->err_tail.pop_front();
+            }
+          }
+        },
+        [c](const exit_status& st) {
+          std::lock_guard<std::mutex> g{c->mtx};
+          c->exit = st;
+          c->cv.notify_all();
+        });
+  } catch (const std::exception& e) {
+    r.error = fmt::format("could not be started: {}", e.what());
     return r;
   }
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    r.error = fmt::format("cannot create a pipe: {}", std::strerror(errno));
-    ::close(out[0]);
-    ::close(out[1]);
-    return r;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  pid_t pid = 0;
-  char* argv[] = {const_cast<char*>(path.c_str()), nullptr};
-  int rc = posix_spawn(&pid, path.c_str(), &fa, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (rc != 0) {
-    ::close(out[0]);
-    ::close(err[0]);
-    r.error = fmt::format("could not be started: {}", std::strerror(rc));
-    return r;
-  }
-  std::string errtext;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  int open_fds = 2;
-  bool timed_out = false;
-  char buf[65536];
-  while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    int n = ::poll(fds, 2, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
-        continue;
-      auto got = ::read(fds[i].fd, buf, sizeof(buf));
-      if (got < 0 && errno == EINTR)
-        continue;
-      if (got <= 0) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-        continue;
-      }
-      auto& dst = i == 0 ? r.output : errtext;
-      if (dst.size() < max_output)
-        dst.append(buf, static_cast<size_t>(got));
-    }
-  }
-  for (auto& f : fds)
-    if (f.fd >= 0)
-      ::close(f.fd);
-  if (timed_out)
-    ::kill(-pid, SIGKILL);
-  int status = 0;
-  // Stdout closed: the script is ending; give it until the deadline to be reaped.
-  for (;;) {
-    auto w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid)
-      break;
-    if (w < 0 && errno != EINTR) {
-      status = 0;
-      break;
-    }
-    if (std::chrono::steady_clock::now() >= deadline && !timed_out) {
-      timed_out = true;
-      ::kill(-pid, SIGKILL);
-    }
-    ::usleep(1000);
-  }
-  if (timed_out) {
+  std::unique_lock<std::mutex> lk{c->mtx};
+  if (!c->cv.wait_for(lk, timeout, [&] { return c->exit.has_value(); })) {
+    lk.unlock();
+    child->signal_group(SIGKILL);
+    lk.lock();
+    c->cv.wait_for(lk, std::chrono::seconds(5), [&] { return c->exit.has_value(); });
     r.error = fmt::format("did not finish within {} s and was killed", timeout.count() / 1000.0);
     return r;
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    r.error = describe_status(status);
-    if (auto t = tail_lines(errtext, 3); !t.empty())
-      r.error += fmt::format("; its stderr ends with: {}", t);
+  auto st = *c->exit;
+  if (!st.exec_error.empty()) {
+    r.error = fmt::format("could not be started: {}", st.exec_error);
+    return r;
+  }
+  if (st.launcher_code() != 0) {
+    r.error = st.signal ? fmt::format("was killed by {}", st.describe())
+                        : fmt::format("exited with code {}", st.code);
+    if (!c->err_tail.empty()) {
+      std::string tail;
+      for (auto& l : c->err_tail)
+        tail += (tail.empty() ? "" : "\n") + l;
+      r.error += fmt::format("; its stderr ends with: {}", tail);
+    }
     return r;
   }
   r.ok = true;
+  r.output = std::move(c->out);
   return r;
 }
 

@@ -20,10 +20,12 @@ struct script_result {
   std::string error;  // why it failed, when !ok (exit status, timeout, stderr's tail)
 };
 
-/// Runs `path` (no shell, no arguments) and collects its stdout; stderr's last lines are
-/// kept for the error message. A script still running after `timeout` is killed (its
-/// process group) and reported as failed.
-script_result run_discovery_script(const std::string& path, std::chrono::milliseconds timeout);
+/// Runs `path` (no shell, no arguments, this process's environment) through the rank
+/// shim `shim` (caf-hvd-exec: own process group, killed as a whole) and collects its
+/// stdout; stderr's last lines are kept for the error message. A script still running
+/// after `timeout` is killed and reported as failed. Blocks the calling thread.
+script_result run_discovery_script(const std::string& shim, const std::string& path,
+                                   std::chrono::milliseconds timeout);
 
 /// Horovod's host order: the previous order without the hosts that are gone, then the
 /// new hosts in the order `available` lists them (deterministic, unlike Horovod's set

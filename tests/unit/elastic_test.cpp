@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -110,10 +111,10 @@ TEST_CASE("elastic assignment: Horovod's worked example of adding and removing h
   CHECK(g3[1].hostname == "C");
 }
 
-TEST_CASE("discovery script: output, failures with stderr, timeout kills it") {
+TEST_CASE("discovery script: output, failures with stderr, timeout kills its process group") {
   {
     temp_script s{"#!/bin/sh\nprintf 'h1:2\\nh2\\n'\n"};
-    auto r = run_discovery_script(s.path, 5s);
+    auto r = run_discovery_script(CAF_HVD_EXEC, s.path, 5s);
     CHECK(r.ok);
     CHECK(r.output == "h1:2\nh2\n");
     auto hosts = parse_discovery_output(r.output, 3u);
@@ -122,27 +123,40 @@ TEST_CASE("discovery script: output, failures with stderr, timeout kills it") {
   }
   {
     temp_script s{"#!/bin/sh\necho one >&2\necho two >&2\nexit 4\n"};
-    auto r = run_discovery_script(s.path, 5s);
+    auto r = run_discovery_script(CAF_HVD_EXEC, s.path, 5s);
     CHECK_FALSE(r.ok);
     CHECK(r.error == "exited with code 4; its stderr ends with: one\ntwo");
   }
   {
     temp_script s{"#!/bin/sh\nkill -9 $$\n"};
-    auto r = run_discovery_script(s.path, 5s);
+    auto r = run_discovery_script(CAF_HVD_EXEC, s.path, 5s);
     CHECK_FALSE(r.ok);
     CHECK(r.error.find("killed by signal 9") != std::string::npos);
   }
   {
-    // A grandchild that keeps stdout open must not hold the caller past the timeout.
-    temp_script s{"#!/bin/sh\necho partial\nsleep 30 &\nsleep 30\n"};
+    // A grandchild that keeps stdout open must not hold the caller past the timeout,
+    // and does not outlive it.
+    std::string pidfile = "/tmp/caf-hvd-discovery-bg-" + std::to_string(getpid());
+    temp_script s{"#!/bin/sh\necho partial\nsleep 30 &\necho $! > " + pidfile + "\nsleep 30\n"};
     auto t0 = std::chrono::steady_clock::now();
-    auto r = run_discovery_script(s.path, 300ms);
+    auto r = run_discovery_script(CAF_HVD_EXEC, s.path, 300ms);
     CHECK(std::chrono::steady_clock::now() - t0 < 3s);
     CHECK_FALSE(r.ok);
     CHECK(r.error.find("did not finish within 0.3 s") != std::string::npos);
+    std::ifstream in{pidfile};
+    int bg = 0;
+    in >> bg;
+    REQUIRE(bg > 0);
+    bool gone = false;
+    for (int i = 0; i < 200 && !gone; ++i) {
+      gone = ::kill(bg, 0) != 0;
+      std::this_thread::sleep_for(10ms);
+    }
+    CHECK(gone);
+    ::unlink(pidfile.c_str());
   }
   {
-    auto r = run_discovery_script("/nonexistent/discover", 1s);
+    auto r = run_discovery_script(CAF_HVD_EXEC, "/nonexistent/discover", 1s);
     CHECK_FALSE(r.ok);
     CHECK(r.error.find("could not be started") != std::string::npos);
   }
