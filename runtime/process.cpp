@@ -206,9 +206,10 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
     line_splitter splitters[2];
     int fds[2] = {fds_out, fds_err};
     std::vector<char> buf(1 << 16);
-    // Reads what is available on stream i; returns false at EOF.
+    // Reads what is available on stream i, at most 1 MiB per round so that a writer
+    // that never pauses cannot hold back the exit check; returns false at EOF.
     auto pump = [&](int i) {
-      for (;;) {
+      for (int round = 0; round < 16; ++round) {
         auto n = ::read(fds[i], buf.data(), buf.size());
         if (n > 0) {
           std::vector<std::string> lines;
@@ -221,6 +222,7 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
           continue;
         return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
       }
+      return true;
     };
     bool open[2] = {true, true};
     for (;;) {
