@@ -49,11 +49,11 @@ namespace cafhvd {
 namespace {
 
 using elastic_driver_actor = driver_full_actor::extend<
-    caf::reacts_to<discover_atom>,                     // time to run the script
-    caf::reacts_to<discover_atom, bool, std::string>,  // the script's output or error
-    caf::reacts_to<vote_atom, std::string, int32_t>,   // GET /rank_and_size/<host>:<lr>
-    caf::reacts_to<rejoin_atom, uint64_t>,             // ranks asked for a new generation
-    caf::reacts_to<retire_atom, uint32_t, int32_t>,    // signal a stopped slot's process
+    caf::reacts_to<discover_atom>,                          // time to run the script
+    caf::reacts_to<discover_atom, bool, std::string>,       // the script's output or error
+    caf::reacts_to<vote_atom, std::string, int32_t>,        // GET /rank_and_size/<host>:<lr>
+    caf::reacts_to<rejoin_atom, uint64_t>,                  // ranks asked for a new generation
+    caf::reacts_to<retire_atom, uint32_t, int32_t>,         // signal a stopped slot's process
     caf::reacts_to<probed_atom, std::string, std::string>>; // endpoint reachable ("" = yes)
 
 // deadline_atom kinds (low 4 bits; the rest is a serial number)
@@ -96,11 +96,11 @@ struct eslot {
   std::string endpoint; // its host
   int local_rank = 0;
   worker_actor worker;
-  bool running = false;  // its process runs (or is being started)
-  bool retired = false;  // stopped or removed by us: its exit is not a failure
-  uint64_t joined = 0;   // the last generation it was answered for
-  uint64_t started = 0;  // the generation its process was started in
-  int rank = -1;         // in the current plan, or the last one it had
+  bool running = false; // its process runs (or is being started)
+  bool retired = false; // stopped or removed by us: its exit is not a failure
+  uint64_t joined = 0;  // the last generation it was answered for
+  uint64_t started = 0; // the generation its process was started in
+  int rank = -1;        // in the current plan, or the last one it had
   int exit_code = -1;
 };
 
@@ -294,9 +294,9 @@ private:
               auto& h = hosts_.at(ep);
               for (auto& [other, o] : hosts_)
                 if (other != ep && o.nid == nid && o.st == ehost::status::ready)
-                  return host_unusable(
-                      ep, fmt::format("it is the same node agent as {} (node id {})", other,
-                                      to_string(nid)));
+                  return host_unusable(ep,
+                                       fmt::format("it is the same node agent as {} (node id {})",
+                                                   other, to_string(nid)));
               h.nid = nid;
               spawn_colocator(ep);
             },
@@ -446,7 +446,8 @@ private:
       send_exit(h.colocator, caf::exit_reason::user_shutdown);
     h.colocator = nullptr;
     h.st = ehost::status::unusable;
-    h.retry_at = clock_type::now() + std::max(ec_.discovery_interval, std::chrono::milliseconds(5000));
+    h.retry_at =
+        clock_type::now() + std::max(ec_.discovery_interval, std::chrono::milliseconds(5000));
     if (why != h.last_warning)
       say("warning: discovered host {} is not used (trying again while it is listed): {}", ep, why);
     h.last_warning = why;
@@ -514,8 +515,8 @@ private:
       total += h.slots();
     }
     if (gen_ > 0 && !previous_host_survives()) {
-      bool all_black = std::all_of(hosts_.begin(), hosts_.end(),
-                                   [](auto& p) { return p.second.blacklisted; });
+      bool all_black =
+          std::all_of(hosts_.begin(), hosts_.end(), [](auto& p) { return p.second.blacklisted; });
       return fail(all_black ? fmt::format("every host is blacklisted; first failure: {}",
                                           first_failure_.value_or("none"))
                             : fmt::format("no host of generation {} is left to carry the job's "
@@ -538,11 +539,11 @@ private:
     if (gen_ > 0 && plan == plan_ && !rejoin_due_)
       return; // e.g. hosts beyond --max-np appeared: no reset
     if (gen_ > 0 && ec_.reset_limit && static_cast<int>(gen_ - 1) >= *ec_.reset_limit)
-      return fail(fmt::format("the job has been reset {} times, which reaches the reset limit "
-                              "(--reset-limit {}); stopping{}",
-                              gen_ - 1, *ec_.reset_limit,
-                              first_failure_ ? " (last failure: " + *last_failure_ + ")"
-                                             : std::string{}));
+      return fail(
+          fmt::format("the job has been reset {} times, which reaches the reset limit "
+                      "(--reset-limit {}); stopping{}",
+                      gen_ - 1, *ec_.reset_limit,
+                      first_failure_ ? " (last failure: " + *last_failure_ + ")" : std::string{}));
     begin_generation(std::move(plan), hs);
   }
 
@@ -725,10 +726,10 @@ private:
     in.local_size = row.local_size;
     in.cross_rank = row.cross_rank;
     in.cross_size = row.cross_size;
-    in.group_rank = static_cast<int>(
-        std::find_if(plan_hosts_.begin(), plan_hosts_.end(),
-                     [&](auto& x) { return x.hostname == row.hostname; })
-        - plan_hosts_.begin());
+    in.group_rank =
+        static_cast<int>(std::find_if(plan_hosts_.begin(), plan_hosts_.end(),
+                                      [&](auto& x) { return x.hostname == row.hostname; })
+                         - plan_hosts_.begin());
     in.hostname = h.info.name;
     in.master_addr = master.reach_address;
     in.master_port = master.free_port;
@@ -1085,8 +1086,8 @@ private:
         auto it = slots_.find(key);
         if (it == slots_.end() || it->second.exit_code != 0) {
           code = 1;
-          failure_ = fmt::format("rank {} ({}) of the final generation did not exit 0", row.rank,
-                                 key);
+          failure_ =
+              fmt::format("rank {} ({}) of the final generation did not exit 0", row.rank, key);
           break;
         }
       }
@@ -1144,13 +1145,14 @@ private:
   clock_type::time_point started_;
   std::unique_ptr<rendezvous_server> server_;
 
-  std::map<std::string, ehost> hosts_;     // by endpoint
-  std::vector<std::string> listed_order_;  // endpoints in the latest discovery output's order
-  std::vector<std::string> order_;         // available endpoints in age order
-  std::map<std::string, eslot> slots_;     // by key
+  std::map<std::string, ehost> hosts_;    // by endpoint
+  std::vector<std::string> listed_order_; // endpoints in the latest discovery output's order
+  std::vector<std::string> order_;        // available endpoints in age order
+  std::map<std::string, eslot> slots_;    // by key
   std::map<uint32_t, std::string> slot_ids_;
   std::map<uint32_t, eslot> old_slots_;
-  std::map<std::string, std::array<int, 2>> output_fds_; // slot -> stdout, stderr (-2: not open)     // replaced while their process still ends
+  std::map<std::string, std::array<int, 2>> output_fds_; // slot -> stdout, stderr (-2: not open) //
+                                                         // replaced while their process still ends
   uint32_t next_slot_id_ = 0;
   bool discovering_ = false;
   int discovery_runs_ = 0;

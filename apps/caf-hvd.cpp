@@ -290,8 +290,8 @@ struct job_options {
   std::vector<double> cooldown;
 
   job_options(const std::string& title, bool with_hosts) : desc{title} {
-    desc.add_options()("help,h", "show this help")("np", po::value(&np),
-                                                   "number of ranks (elastic: the initial minimum)")(
+    desc.add_options()("help,h", "show this help")(
+        "np", po::value(&np), "number of ranks (elastic: the initial minimum)")(
         "start-timeout", po::value(&start_timeout)->default_value(30),
         "seconds for every rank to be placed and started")(
         "kill-grace-seconds", po::value(&kill_grace)->default_value(5),
@@ -322,9 +322,8 @@ struct job_options {
           "elastic: slots of a discovered host that prints no slot count")(
           "elastic-timeout", po::value(&elastic_timeout),
           "elastic: seconds to wait for --min-np slots (default: $HOROVOD_ELASTIC_TIMEOUT or "
-          "600)")(
-          "reset-limit", po::value(&reset_limit),
-          "elastic: stop the job after this many resets (default: no limit)")(
+          "600)")("reset-limit", po::value(&reset_limit),
+                  "elastic: stop the job after this many resets (default: no limit)")(
           "blacklist-cooldown-range", po::value(&cooldown)->multitoken(),
           "elastic: LOW HIGH seconds; a failed host returns after LOW*2^failures+jitter, "
           "clamped to [LOW, HIGH] (default: never)")(
@@ -344,8 +343,8 @@ elastic_config elastic_options(const job_options& o, const po::variables_map& vm
   ec.shim = shim_path();
   struct stat st {};
   if (::stat(ec.discovery_script.c_str(), &st) != 0)
-    throw usage_error(fmt::format("--host-discovery-script {}: {}", ec.discovery_script,
-                                  std::strerror(errno)));
+    throw usage_error(
+        fmt::format("--host-discovery-script {}: {}", ec.discovery_script, std::strerror(errno)));
   if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0
       || ::access(ec.discovery_script.c_str(), X_OK) != 0)
     throw usage_error(fmt::format("--host-discovery-script {}: not an executable file (chmod +x "
@@ -396,8 +395,7 @@ elastic_config elastic_options(const job_options& o, const po::variables_map& vm
   }
   if (!(o.discovery_interval >= 0.01) || o.discovery_interval > 3600)
     throw usage_error("--discovery-interval must be between 0.01 and 3600 seconds");
-  ec.discovery_interval =
-      std::chrono::milliseconds(static_cast<long>(o.discovery_interval * 1000));
+  ec.discovery_interval = std::chrono::milliseconds(static_cast<long>(o.discovery_interval * 1000));
   return ec;
 }
 

@@ -346,8 +346,7 @@ long long epoch_ms() {
 // one (a host was added or removed) makes every rank re-join after that commit.
 int elastic_main(const options& opts, const std::string& host, int local_rank,
                  const std::string& addr, int port, const std::string& iface,
-                 std::shared_ptr<gloo::transport::Device>& dev,
-                 std::chrono::milliseconds timeout) {
+                 std::shared_ptr<gloo::transport::Device>& dev, std::chrono::milliseconds timeout) {
   std::chrono::milliseconds join_timeout{1000L * env_int("HOROVOD_ELASTIC_TIMEOUT", "600") + 60000};
   cafhvd::http_store ras{addr, static_cast<uint16_t>(port), "rank_and_size", 0, join_timeout};
   cafhvd::http_store updates{addr, static_cast<uint16_t>(port), "elastic", 0, timeout};
@@ -406,8 +405,8 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
       std::vector<float> buf(opts.elements + 1);
       while (step < opts.steps && !rejoin) {
         std::fill(buf.begin(), buf.end() - 1, 1.0f);
-        buf.back() = rank == 0 ? static_cast<float>(parse_generation(updates.try_get("update")))
-                               : 0.0f;
+        buf.back() =
+            rank == 0 ? static_cast<float>(parse_generation(updates.try_get("update"))) : 0.0f;
         allreduce(global, buf, tag++);
         for (size_t i = 0; i + 1 < buf.size(); ++i)
           if (buf[i] != static_cast<float>(size))

@@ -206,8 +206,8 @@ TEST_CASE("server: /elastic/update answers the newest generation, long-polls for
   srv.set_update(1, "generation 1\nchange added\n");
   auto now = http(srv.port(), "/elastic/update");
   CHECK(body_of(now) == "generation 1\nchange added\n");
-  CHECK(body_of(http(srv.port(), "/elastic/update?after=0&wait_ms=5000")) ==
-        "generation 1\nchange added\n");
+  CHECK(body_of(http(srv.port(), "/elastic/update?after=0&wait_ms=5000"))
+        == "generation 1\nchange added\n");
   std::string later;
   auto t0 = std::chrono::steady_clock::now();
   std::thread t{[&] { later = http(srv.port(), "/elastic/update?after=1&wait_ms=5000", 6s); }};
@@ -218,8 +218,8 @@ TEST_CASE("server: /elastic/update answers the newest generation, long-polls for
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
   // nothing newer: answered with the current one when the wait ends
   t0 = std::chrono::steady_clock::now();
-  CHECK(body_of(http(srv.port(), "/elastic/update?after=2&wait_ms=300")) ==
-        "generation 2\nchange removed\nremoved hostA\n");
+  CHECK(body_of(http(srv.port(), "/elastic/update?after=2&wait_ms=300"))
+        == "generation 2\nchange removed\nremoved hostA\n");
   CHECK(std::chrono::steady_clock::now() - t0 >= 250ms);
   CHECK(status_of(http(srv.port(), "/elastic/update?after=x")) == 400);
   CHECK(status_of(http(srv.port(), "/elastic/update?bogus=1")) == 400);
