@@ -2,7 +2,7 @@
 """caf-hvd side by side with mpirun (Open MPI) and torchrun, on this machine, in one
 invocation, launchers alternated run by run.
 
-usage: bench/compare.py [--runs N] [--build DIR]
+usage: bench/compare.py [--runs N] [--build DIR] [--sections 1,2,3,4] [--np 1,2,4,8]
 
 1. launch overhead: /bin/true on N = 1, 2, 4, 8 ranks. torchrun runs with --no_python
    and Debian's required --redirects 1 --tee 2, once with its default monitor interval
@@ -55,6 +55,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--sections", default="1,2,3,4", help="which sections to run, e.g. 2,4")
+    ap.add_argument("--np", default="1,2,4,8", help="rank counts for sections 1 and 2")
     a = ap.parse_args()
     caf = os.path.join(a.build, "apps", "caf-hvd")
     mpirun, torchrun = shutil.which("mpirun"), shutil.which("torchrun")
@@ -63,10 +65,27 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     tr = [torchrun, "--standalone", "--redirects", "1", "--tee", "2"]
 
+    sections = {int(x) for x in a.sections.split(",")}
+    counts = [int(x) for x in a.np.split(",")]
+    if 1 in sections:
+        launch_overhead(a, caf, mpirun, tr, env, counts)
+    if 2 in sections:
+        torch_program(a, caf, tr, env, counts)
+    if 3 in sections:
+        failure_detection(a, caf, mpirun, tr, env)
+    if 4 in sections:
+        print()
+        os.environ["CAF_HVD"] = caf
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import elastic  # noqa: E402  (uses CAF_HVD)
+        elastic.recovery_table(a.runs, a.build, heading="## 4.")
+
+
+def launch_overhead(a, caf, mpirun, tr, env, counts):
     print(f"## 1. launch overhead, /bin/true, {a.runs} runs (ms: median | min - max)\n")
     print("| launcher | N | median | min - max | vs caf-hvd |")
     print("|---|---|---|---|---|")
-    for n in (1, 2, 4, 8):
+    for n in counts:
         configs = {
             "caf-hvd run": [caf, "run", "-np", str(n), "--", "/bin/true"],
             "mpirun": [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n),
@@ -83,11 +102,14 @@ def main():
             print(f"| {k} | {n} | {summary(res[k])} | "
                   f"{statistics.median(res[k]) / base:.1f}x |", flush=True)
 
+
+
+def torch_program(a, caf, tr, env, counts):
     print(f"\n## 2. torch program: init_process_group(gloo) + one all_reduce, {a.runs} runs (ms)\n")
     print("| launcher | N | median | min - max | torchrun / caf-hvd |")
     print("|---|---|---|---|---|")
     prog = os.path.join(ROOT, "bench", "torch_allreduce.py")
-    for n in (1, 2, 4, 8):
+    for n in counts:
         configs = {
             "caf-hvd run": [caf, "run", "-np", str(n), "--", PY, prog],
             "torchrun --monitor_interval 0.1": tr + ["--nproc_per_node", str(n),
@@ -99,6 +121,9 @@ def main():
         for k in configs:
             print(f"| {k} | {n} | {summary(res[k])} | {ratio:.2f}x |", flush=True)
 
+
+
+def failure_detection(a, caf, mpirun, tr, env):
     print(f"\n## 3. failure detection: rank 1 of 4 exits 3 after 1 s, {a.runs} runs\n")
     script = ('r=${RANK:-${OMPI_COMM_WORLD_RANK:-0}}; if [ "$r" = 1 ]; then sleep 1; '
               'echo "STAMP=$(date +%s.%N)" >&2; exit 3; fi; exec sleep 30')
@@ -130,12 +155,6 @@ def main():
         xs = res[k]
         print(f"| {k} | {statistics.median(xs):.1f} | {min(xs):.1f} - {max(xs):.1f} | "
               f"{sorted(codes[k])} | `{causes[k]}` |", flush=True)
-
-    print()
-    os.environ["CAF_HVD"] = caf
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import elastic  # noqa: E402  (uses CAF_HVD)
-    elastic.recovery_table(a.runs, a.build, heading="## 4.")
 
 
 if __name__ == "__main__":
