@@ -159,6 +159,26 @@ class ElasticTest(unittest.TestCase):
         wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 10,
                    "the lost agent's ranks to be gone")
 
+    def test_hung_node_agent(self):
+        """An agent stopped with SIGSTOP: heartbeats time out, its host leaves the job, and
+        the job goes on; its rank (still running) is told -1 when it re-joins."""
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        self.start("--min-np", "1", steps=400)
+        self.wait_for_step(10)
+        agent = self.c.nodes["hb"][0]
+        os.kill(agent.pid, signal.SIGSTOP)
+        self.addCleanup(lambda: agent.poll() is None and os.kill(agent.pid, signal.SIGCONT))
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(err, r"node agent hb \(127\.0\.0\.1:\d+\) was lost: connection lost")
+        self.assertIn("generation 2: 1 ranks on ha:1 (removed hb)", err)
+        text, seen = self.check_run(out, 400)
+        self.assertEqual(self.joins(text)[2], {"ha:0": (0, 1)})
+        wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 10,
+                   "the hung agent's rank to leave")
+
     def test_cooldown_host_returns(self):
         self.c.node("ha")
         self.c.node("hb")
