@@ -587,26 +587,9 @@ private:
     if (b.rank >= ranks_.size())
       return;
     int s = b.stream == 1 ? 1 : 0;
-    std::string text;
-    auto tag = fmt::format("[{}]<{}>:", b.rank, s == 1 ? "stderr" : "stdout");
-    size_t bytes = 0;
-    for (auto& l : b.lines)
-      bytes += l.size() + tag.size() + 1;
-    text.reserve(bytes);
-    for (auto& l : b.lines) {
-      text += tag;
-      text += l;
-      text += '\n';
-    }
-    write_all(s == 1 ? 2 : 1, text);
-    if (int fd = ranks_[b.rank].out_fd[s]; fd >= 0) {
-      std::string raw;
-      for (auto& l : b.lines) {
-        raw += l;
-        raw += '\n';
-      }
-      write_all(fd, raw);
-    }
+    write_lines(s == 1 ? 2 : 1, b.lines, output_tag(static_cast<int>(b.rank), s));
+    if (int fd = ranks_[b.rank].out_fd[s]; fd >= 0)
+      write_lines(fd, b.lines);
   }
 
   void on_exit(const rank_exit& ex) {

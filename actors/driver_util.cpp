@@ -29,6 +29,25 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
+void write_lines(int fd, const std::vector<std::string>& lines, std::string_view prefix) {
+  std::string text;
+  size_t bytes = 0;
+  for (auto& l : lines)
+    bytes += prefix.size() + l.size() + 1;
+  text.reserve(bytes);
+  for (auto& l : lines) {
+    text += prefix;
+    text += l;
+    text += '\n';
+  }
+  write_all(fd, text);
+}
+
+std::string output_tag(int rank, int stream) {
+  auto name = stream == 1 ? "stderr" : "stdout";
+  return rank < 0 ? fmt::format("[?]<{}>:", name) : fmt::format("[{}]<{}>:", rank, name);
+}
+
 std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls) {
   if (e == caf::sec::request_timeout)
     return "no answer before the start timeout";

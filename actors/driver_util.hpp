@@ -2,6 +2,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -14,6 +16,12 @@ std::string make_job_id();
 
 /// Writes all of `s` to `fd`; output to a closed pipe is dropped, never fatal.
 void write_all(int fd, const std::string& s);
+
+/// Writes each line followed by '\n', each prefixed with `prefix`, in one write_all.
+void write_lines(int fd, const std::vector<std::string>& lines, std::string_view prefix = {});
+
+/// The driver's tag of a rank's output line: "[RANK]<stdout>:" ("[?]" for rank < 0).
+std::string output_tag(int rank, int stream);
 
 /// Why connecting to a node agent failed, in words a user can act on.
 std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls);

@@ -15,17 +15,15 @@
 
 #include <algorithm>
 #include <array>
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fcntl.h>
 #include <map>
-#include <netdb.h>
-#include <arpa/inet.h>
 #include <optional>
 #include <random>
 #include <set>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 #include <utility>
@@ -90,16 +88,16 @@ struct ehost {
   }
 };
 
+// One process of a slot. A slot (host, local rank) gets a new process when it rejoins the
+// job after leaving it; the old one may still be ending, so processes are kept by id.
 struct eslot {
   uint32_t id = 0;
-  std::string key;      // "<node name>:<local rank>" (rank_and_size's key)
+  std::string key;      // slot_key(host, local rank), rank_and_size's key
   std::string endpoint; // its host
-  int local_rank = 0;
   worker_actor worker;
   bool running = false; // its process runs (or is being started)
   bool retired = false; // stopped or removed by us: its exit is not a failure
   uint64_t joined = 0;  // the last generation it was answered for
-  uint64_t started = 0; // the generation its process was started in
   int rank = -1;        // in the current plan, or the last one it had
   int exit_code = -1;
 };
@@ -158,11 +156,19 @@ private:
   std::string describe(const caf::error& e) { return system().render(e); }
 
   eslot* slot_by_id(uint32_t id) {
-    if (auto it = slot_ids_.find(id); it != slot_ids_.end())
-      if (auto s = slots_.find(it->second); s != slots_.end() && s->second.id == id)
-        return &s->second;
-    auto o = old_slots_.find(id);
-    return o == old_slots_.end() ? nullptr : &o->second;
+    auto it = slots_.find(id);
+    return it == slots_.end() ? nullptr : &it->second;
+  }
+
+  // The slot's latest process, if it ever had one.
+  eslot* current(const std::string& key) {
+    auto it = current_.find(key);
+    return it == current_.end() ? nullptr : slot_by_id(it->second);
+  }
+
+  bool is_current(const eslot& s) const {
+    auto it = current_.find(s.key);
+    return it != current_.end() && it->second == s.id;
   }
 
   ehost* host_by_name(const std::string& name) {
@@ -214,11 +220,11 @@ private:
       delayed_send(this, ec_.discovery_interval, discover_atom::value);
       return;
     }
-    std::set<std::string> listed;
     listed_order_.clear();
+    for (auto& [ep, h] : hosts_)
+      h.listed = false;
     for (auto& spec : specs) {
       auto ep = spec.endpoint();
-      listed.insert(ep);
       listed_order_.push_back(ep);
       auto it = hosts_.find(ep);
       if (it == hosts_.end()) {
@@ -236,9 +242,6 @@ private:
           && clock_type::now() >= h.retry_at)
         connect_host(ep);
     }
-    for (auto& [ep, h] : hosts_)
-      if (!listed.count(ep))
-        h.listed = false;
     // Cooldowns that ended: the host may take part again.
     auto now = clock_type::now();
     for (auto& [ep, h] : hosts_) {
@@ -411,7 +414,7 @@ private:
                 if (reached[a.name].size() == peers.size()
                     && std::find(h.nics.begin(), h.nics.end(), a.name) == h.nics.end()) {
                   h.nics.push_back(a.name);
-                  if (h.reach_address.empty() || h.nics.size() == 1)
+                  if (h.nics.size() == 1)
                     h.reach_address = a.address;
                 }
               if (h.nics.empty())
@@ -603,7 +606,7 @@ private:
     plan_rows_.clear();
     std::set<std::string> plan_host_names;
     for (auto& s : plan_) {
-      plan_rows_[fmt::format("{}:{}", s.hostname, s.local_rank)] = s;
+      plan_rows_[slot_key(s.hostname, s.local_rank)] = s;
       plan_host_names.insert(s.hostname);
     }
     for (auto& h : hs)
@@ -616,14 +619,14 @@ private:
       if (in_plan(key))
         votes.insert(key);
       else
-        retire_slot(key, "-1,-1,-1,-1,-1,-1");
+        retire_slot(key);
     }
     pending_votes_ = std::move(votes);
     // Running slots that are no longer in the job will be answered -1 and are stopped
     // if they do not end by themselves.
-    for (auto& [key, s] : slots_)
-      if (s.running && !s.retired && !in_plan(key))
-        retire_slot(key, "-1,-1,-1,-1,-1,-1");
+    for (auto& [id, s] : slots_)
+      if (s.running && !s.retired && !in_plan(s.key))
+        retire_slot(s.key);
     std::string text = fmt::format("generation {}\nchange {}\n", gen_, to_string(change));
     for (auto& h : added)
       text += "added " + h + "\n";
@@ -645,10 +648,9 @@ private:
     // New slots get processes; running ones learn their place through rank_and_size.
     for (size_t r = 0; r < plan_.size() && !done_; ++r) {
       auto& row = plan_[r];
-      auto key = fmt::format("{}:{}", row.hostname, row.local_rank);
-      auto it = slots_.find(key);
-      if (it != slots_.end() && it->second.running && !it->second.retired) {
-        it->second.rank = row.rank;
+      auto key = slot_key(row.hostname, row.local_rank);
+      if (auto* s = current(key); s && s->running && !s->retired) {
+        s->rank = row.rank;
         continue;
       }
       start_slot(key, row);
@@ -664,23 +666,18 @@ private:
     s.id = next_slot_id_++;
     s.key = key;
     s.endpoint = h->endpoint();
-    s.local_rank = row.local_rank;
     s.running = true;
-    s.started = gen_;
     s.rank = row.rank;
     // A retired process of the same slot may still be ending: it keeps its own entry.
-    if (auto prev = slots_.find(key); prev != slots_.end() && prev->second.running)
-      old_slots_[prev->second.id] = prev->second;
-    slots_[key] = s;
-    slot_ids_[s.id] = key;
+    slots_[s.id] = s;
+    current_[key] = s.id;
     auto self_hdl = caf::actor_cast<driver_actor>(this);
     auto mm = system().middleman().actor_handle();
     auto id = s.id;
-    auto gen = gen_;
     request(mm, job_.start_timeout, caf::spawn_atom::value, h->nid, std::string{worker_type_name},
             caf::make_message(h->colocator, self_hdl, id), system().message_types<worker_actor>())
         .then(
-            [this, key, id, gen](caf::strong_actor_ptr& p) {
+            [this, id](caf::strong_actor_ptr& p) {
               auto w = caf::actor_cast<worker_actor>(std::move(p));
               auto* s = slot_by_id(id);
               if (!s)
@@ -694,7 +691,7 @@ private:
                 send_exit(w, caf::exit_reason::user_shutdown);
                 return;
               }
-              launch_slot(*s, gen);
+              launch_slot(*s);
             },
             [this, id](caf::error& e) {
               if (auto* s = slot_by_id(id))
@@ -702,16 +699,16 @@ private:
             });
   }
 
-  void launch_slot(eslot& s, uint64_t gen) {
+  // Starts the slot's process with its row of the current plan (which may be newer than
+  // the one the worker was spawned for).
+  void launch_slot(eslot& s) {
     auto it = plan_rows_.find(s.key);
-    if (it == plan_rows_.end() || gen != gen_) {
-      // The plan changed while the worker was spawned; the process would be stale.
-      if (it == plan_rows_.end()) {
-        s.running = false;
-        s.retired = true;
-        send_exit(s.worker, caf::exit_reason::user_shutdown);
-        return;
-      }
+    if (it == plan_rows_.end()) {
+      // The slot left the job while its worker was spawned.
+      s.running = false;
+      s.retired = true;
+      send_exit(s.worker, caf::exit_reason::user_shutdown);
+      return;
     }
     auto& row = it->second;
     auto& h = hosts_.at(s.endpoint);
@@ -758,35 +755,33 @@ private:
 
   // A slot that will not take part any more: its held votes are answered and its
   // process, if it does not end by itself, is stopped after the grace period.
-  void retire_slot(const std::string& key, const std::string& answer) {
+  void retire_slot(const std::string& key) {
     if (server_)
-      server_->answer_slot(key, answer);
+      server_->answer_slot(key, slot_not_in_job);
     pending_votes_.erase(key);
-    auto it = slots_.find(key);
-    if (it == slots_.end() || it->second.retired)
+    auto* s = current(key);
+    if (!s || s->retired)
       return;
-    auto& s = it->second;
-    s.retired = true;
-    if (s.running)
-      delayed_send(this, job_.kill_grace, retire_atom::value, s.id, int32_t{SIGTERM});
+    s->retired = true;
+    if (s->running)
+      delayed_send(this, job_.kill_grace, retire_atom::value, s->id, int32_t{SIGTERM});
   }
 
   // -- the barrier ------------------------------------------------------------------------
 
   void on_vote(const std::string& host, int32_t lr) {
-    auto key = fmt::format("{}:{}", host, lr);
+    auto key = slot_key(host, lr);
     if (done_ || finishing_) {
-      server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+      server_->answer_slot(key, slot_not_in_job);
       return;
     }
-    auto it = slots_.find(key);
-    if (!in_plan(key) || it == slots_.end() || it->second.retired) {
+    auto* s = current(key);
+    if (!in_plan(key) || !s || s->retired) {
       log("vote of {} which is not in generation {}: answered -1", key, gen_);
-      server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+      server_->answer_slot(key, slot_not_in_job);
       return;
     }
-    auto& s = it->second;
-    if (s.joined < gen_) {
+    if (s->joined < gen_) {
       if (pending_votes_.insert(key).second)
         log("vote of {} for generation {} ({} of {})", key, gen_, pending_votes_.size(),
             plan_.size());
@@ -819,8 +814,8 @@ private:
         return;
     released_ = true;
     for (auto& key : pending_votes_)
-      if (auto it = slots_.find(key); it != slots_.end())
-        it->second.joined = gen_;
+      if (auto* s = current(key))
+        s->joined = gen_;
     pending_votes_.clear();
     server_->release(plan_);
     log("generation {} released: all {} ranks joined", gen_, plan_.size());
@@ -836,8 +831,8 @@ private:
     exit_status st{ex.code, ex.signal, ex.exec_error};
     s->exit_code = st.launcher_code();
     log("slot {} (rank {}) ended: {}", s->key, s->rank, st.describe());
-    if (old_slots_.count(ex.rank)) {
-      old_slots_.erase(ex.rank);
+    if (!is_current(*s)) {
+      slots_.erase(ex.rank); // a replaced process: nothing refers to it any more
       return maybe_finish();
     }
     if (s->retired || !in_plan(s->key)) {
@@ -850,7 +845,7 @@ private:
         log("rank {} finished; the job ends when the others do", s->rank);
         // Ranks that wait for another generation are told that there is none.
         for (auto& key : pending_votes_)
-          server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+          server_->answer_slot(key, slot_not_in_job);
         pending_votes_.clear();
       }
       return maybe_finish();
@@ -898,12 +893,12 @@ private:
       say("host {} is blacklisted for the rest of the job", h.info.name);
     }
     // Its other ranks stop: SIGTERM now, SIGKILL after the grace period.
-    for (auto& [key, s] : slots_) {
+    for (auto& [id, s] : slots_) {
       if (s.endpoint != ep || !s.running)
         continue;
       if (server_)
-        server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
-      pending_votes_.erase(key);
+        server_->answer_slot(s.key, slot_not_in_job);
+      pending_votes_.erase(s.key);
       s.retired = true;
       if (s.worker)
         send(s.worker, terminate_atom::value, int32_t{SIGTERM});
@@ -912,17 +907,11 @@ private:
   }
 
   void on_down(const caf::down_msg& dm) {
-    for (auto it = old_slots_.begin(); it != old_slots_.end(); ++it)
-      if (it->second.worker && it->second.worker.address() == dm.source
-          && dm.reason != caf::exit_reason::normal) {
-        old_slots_.erase(it);
-        return maybe_finish();
-      }
     if (dm.reason == caf::exit_reason::normal)
       return;
     for (auto& [ep, h] : hosts_) {
       bool ours = h.colocator && h.colocator.address() == dm.source;
-      for (auto& [key, s] : slots_)
+      for (auto& [id, s] : slots_)
         ours = ours || (s.endpoint == ep && s.worker && s.worker.address() == dm.source);
       if (!ours || h.st == ehost::status::lost)
         continue;
@@ -937,17 +926,15 @@ private:
       h.st = ehost::status::lost;
       h.colocator = nullptr;
       bool had_ranks = false;
-      for (auto& [key, s] : slots_) {
+      for (auto& [id, s] : slots_) {
         if (s.endpoint != ep || !s.running)
           continue;
         s.running = false;
-        if (!s.retired && in_plan(key))
+        if (!s.retired && in_plan(s.key))
           had_ranks = true;
         s.retired = true;
-        pending_votes_.erase(key);
+        pending_votes_.erase(s.key);
       }
-      for (auto it = old_slots_.begin(); it != old_slots_.end();)
-        it = it->second.endpoint == ep ? old_slots_.erase(it) : std::next(it);
       auto what = fmt::format("node agent {} was lost: {}", h.label(), why);
       if (had_ranks && !finishing_) {
         note_failure(what);
@@ -971,11 +958,9 @@ private:
   void maybe_finish() {
     if (!finishing_ && !done_)
       return;
-    for (auto& [key, s] : slots_)
+    for (auto& [id, s] : slots_)
       if (s.running)
         return;
-    if (!old_slots_.empty())
-      return;
     finish();
   }
 
@@ -1005,8 +990,8 @@ private:
       return;
     done_ = true;
     if (server_)
-      for (auto& [key, s] : slots_)
-        server_->answer_slot(key, "-1,-1,-1,-1,-1,-1");
+      for (auto& [key, id] : current_)
+        server_->answer_slot(key, slot_not_in_job);
     for (auto& [ep, h] : hosts_)
       if (h.colocator && h.st == ehost::status::ready)
         send(h.colocator, terminate_atom::value, static_cast<int32_t>(job_.kill_grace.count()));
@@ -1020,7 +1005,7 @@ private:
     auto serial = which >> 4;
     if (kind == dl_teardown && done_) {
       std::vector<int> left;
-      for (auto& [key, s] : slots_)
+      for (auto& [id, s] : slots_)
         if (s.running)
           left.push_back(s.rank);
       if (!left.empty())
@@ -1042,8 +1027,8 @@ private:
       for (auto& [key, row] : plan_rows_)
         if (!pending_votes_.count(key)) {
           missing.push_back(fmt::format("rank {} ({})", row.rank, key));
-          if (auto it = slots_.find(key); it != slots_.end())
-            bad_hosts.insert(it->second.endpoint);
+          if (auto* s = current(key))
+            bad_hosts.insert(s->endpoint);
         }
       auto what = fmt::format("{} did not join generation {} within {} s (does the program call "
                               "rank_and_size, e.g. through an elastic run loop?)",
@@ -1060,10 +1045,7 @@ private:
     if (finished_)
       return;
     finished_ = true;
-    for (auto& [key, s] : slots_)
-      if (s.worker)
-        send_exit(s.worker, caf::exit_reason::user_shutdown);
-    for (auto& [id, s] : old_slots_)
+    for (auto& [id, s] : slots_)
       if (s.worker)
         send_exit(s.worker, caf::exit_reason::user_shutdown);
     for (auto& [ep, h] : hosts_)
@@ -1083,8 +1065,8 @@ private:
     } else {
       // Success: every rank of the final generation exited 0.
       for (auto& [key, row] : plan_rows_) {
-        auto it = slots_.find(key);
-        if (it == slots_.end() || it->second.exit_code != 0) {
+        auto* s = current(key);
+        if (!s || s->exit_code != 0) {
           code = 1;
           failure_ =
               fmt::format("rank {} ({}) of the final generation did not exit 0", row.rank, key);
@@ -1103,15 +1085,7 @@ private:
 
   void print_output(const output_batch& b) {
     auto* s = slot_by_id(b.rank);
-    auto tag = s ? fmt::format("[{}]<{}>:", s->rank, b.stream == 1 ? "stderr" : "stdout")
-                 : fmt::format("[?]<{}>:", b.stream == 1 ? "stderr" : "stdout");
-    std::string text;
-    for (auto& l : b.lines) {
-      text += tag;
-      text += l;
-      text += '\n';
-    }
-    write_all(b.stream == 1 ? 2 : 1, text);
+    write_lines(b.stream == 1 ? 2 : 1, b.lines, output_tag(s ? s->rank : -1, b.stream));
     if (!s || job_.output_dir.empty())
       return;
     // --output-filename: per slot (a slot's successive processes append), since ranks
@@ -1127,14 +1101,8 @@ private:
       if (fds[idx] < 0)
         say("warning: cannot write {}: {}", path, std::strerror(errno));
     }
-    if (fds[idx] >= 0) {
-      std::string raw;
-      for (auto& l : b.lines) {
-        raw += l;
-        raw += '\n';
-      }
-      write_all(fds[idx], raw);
-    }
+    if (fds[idx] >= 0)
+      write_lines(fds[idx], b.lines);
   }
 
   job_config job_;
@@ -1145,14 +1113,12 @@ private:
   clock_type::time_point started_;
   std::unique_ptr<rendezvous_server> server_;
 
-  std::map<std::string, ehost> hosts_;    // by endpoint
-  std::vector<std::string> listed_order_; // endpoints in the latest discovery output's order
-  std::vector<std::string> order_;        // available endpoints in age order
-  std::map<std::string, eslot> slots_;    // by key
-  std::map<uint32_t, std::string> slot_ids_;
-  std::map<uint32_t, eslot> old_slots_;
-  std::map<std::string, std::array<int, 2>> output_fds_; // slot -> stdout, stderr (-2: not open) //
-                                                         // replaced while their process still ends
+  std::map<std::string, ehost> hosts_;      // by endpoint
+  std::vector<std::string> listed_order_;   // endpoints in the latest discovery output's order
+  std::vector<std::string> order_;          // available endpoints in age order
+  std::map<uint32_t, eslot> slots_;         // every slot process by id (workers' "rank")
+  std::map<std::string, uint32_t> current_; // slot key -> its latest process
+  std::map<std::string, std::array<int, 2>> output_fds_; // slot -> stdout, stderr (-2: not open)
   uint32_t next_slot_id_ = 0;
   bool discovering_ = false;
   int discovery_runs_ = 0;

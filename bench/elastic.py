@@ -32,18 +32,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 _BUILD = sys.argv[sys.argv.index("--build") + 1] if "--build" in sys.argv[:-1] else \
     os.path.join(ROOT, "build")
 os.environ.setdefault("CAF_HVD", os.path.join(_BUILD, "apps", "caf-hvd"))
-from harness import Cluster, pids_matching  # noqa: E402
+from harness import Cluster, pid_with_env  # noqa: E402
 
 STEP = re.compile(r"step (\d+) size (\d+) sum \d+ t=(\d+)")
 GEN = re.compile(r"generation (\d+): rank 0 of (\d+) on \S+ resumes at step \d+ t=\d+")
-
-
-def env_of(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-    except OSError:
-        return {}
 
 
 def read_until(p, pattern, timeout, lines):
@@ -59,6 +51,19 @@ def read_until(p, pattern, timeout, lines):
     raise RuntimeError(f"no {pattern.pattern!r}:\n{''.join(lines)[-1500:]}")
 
 
+def kill_after_step(p, pattern, step_group, victim_of, timeout, lines):
+    """Reads until a line of `pattern` reports step 20 or later, then SIGKILLs the process
+    victim_of() names; returns the kill's wall-clock time in ms."""
+    while int(read_until(p, pattern, timeout, lines).group(step_group)) < 20:
+        pass
+    victim = victim_of()
+    if victim is None:
+        raise RuntimeError("the rank to kill was not found")
+    t_kill = time.time() * 1000
+    os.kill(victim, signal.SIGKILL)
+    return t_kill
+
+
 def caf_hvd_recovery(c, allreduce, script, listing, ports, n, spare):
     with open(listing, "w") as f:
         for port in ports[:n + (1 if spare else 0)]:
@@ -67,17 +72,9 @@ def caf_hvd_recovery(c, allreduce, script, listing, ports, n, spare):
                  str(n), "--", allreduce, "--elastic", "--steps", "1000000", "--step-ms", "10"])
     lines = []
     try:
-        while True:
-            m = read_until(p, STEP, 30, lines)
-            if int(m.group(1)) >= 20:
-                break
-        victim = None
-        for pid in pids_matching(allreduce, prefix=True):
-            e = env_of(pid)
-            if e.get(b"HOROVOD_RANK") == str(n - 1).encode() and b"HOROVOD_ELASTIC" in e:
-                victim = pid
-        t_kill = time.time() * 1000
-        os.kill(victim, signal.SIGKILL)
+        t_kill = kill_after_step(
+            p, STEP, 1, lambda: pid_with_env(allreduce, prefix=True, HOROVOD_RANK=n - 1,
+                                             HOROVOD_ELASTIC=1), 30, lines)
         g = read_until(p, GEN, 30, lines)
         if int(g.group(1)) < 2:
             raise RuntimeError("no new generation")
@@ -102,20 +99,10 @@ def torchrun_recovery(torchrun, n):
     lines = []
     pat = re.compile(r"restart (\d+) step (\d+) t=(\d+)")
     try:
-        while True:
-            m = read_until(p, pat, 120, lines)
-            if int(m.group(2)) >= 20:
-                break
-        victim = None
-        for pid in pids_matching("torch_elastic.py"):
-            e = env_of(pid)
-            if e.get(b"RANK") == str(n - 1).encode() and \
-               e.get(b"TORCHELASTIC_RESTART_COUNT") == b"0" and b"CAF_HVD_BENCH" in e:
-                victim = pid
-        if victim is None:
-            raise RuntimeError("torchrun worker not found")
-        t_kill = time.time() * 1000
-        os.kill(victim, signal.SIGKILL)
+        t_kill = kill_after_step(
+            p, pat, 2, lambda: pid_with_env("torch_elastic.py", RANK=n - 1,
+                                            TORCHELASTIC_RESTART_COUNT=0, CAF_HVD_BENCH=1),
+            120, lines)
         while True:
             m = read_until(p, pat, 120, lines)
             if int(m.group(1)) >= 1:

@@ -100,6 +100,10 @@ std::string scope_snapshot(const kv_store& store, const std::string& scope) {
 
 } // namespace
 
+std::string slot_key(const std::string& host, int local_rank) {
+  return fmt::format("{}:{}", host, local_rank);
+}
+
 elastic_request parse_elastic_request(std::string_view raw, long max_wait_ms) {
   constexpr std::string_view ras = "/rank_and_size/";
   constexpr std::string_view upd = "/elastic/update";
@@ -291,7 +295,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     case elastic_request::kind::rank_and_size: {
       keep_alive = keep;
       stream.expires_never();
-      auto slot = fmt::format("{}:{}", r.host, r.local_rank);
+      auto slot = slot_key(r.host, r.local_rank);
       srv.held[slot].push_back(shared_from_this());
       srv.on_vote(r.host, r.local_rank);
       return true;
@@ -468,12 +472,12 @@ void rendezvous_server::release(const std::vector<slot_info>& plan) {
     m.store.init(plan);
     std::map<std::string, std::string> rows;
     for (auto& s : plan)
-      rows[fmt::format("{}:{}", s.hostname, s.local_rank)] = s.to_response_string();
+      rows[slot_key(s.hostname, s.local_rank)] = s.to_response_string();
     auto held = std::move(m.held);
     m.held.clear();
     for (auto& [slot, sessions] : held) {
       auto it = rows.find(slot);
-      auto body = it == rows.end() ? std::string{"-1,-1,-1,-1,-1,-1"} : it->second;
+      auto body = it == rows.end() ? std::string{slot_not_in_job} : it->second;
       for (auto& s : sessions)
         s->reply(http::status::ok, body, s->keep_alive);
     }

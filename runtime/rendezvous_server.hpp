@@ -45,6 +45,12 @@ struct rendezvous_answer {
 rendezvous_answer answer_request(kv_store& store, std::string_view method, std::string_view target,
                                  std::string body, bool has_length);
 
+/// A slot's key in rank_and_size: "<host>:<local_rank>".
+std::string slot_key(const std::string& host, int local_rank);
+
+/// rank_and_size's answer for a slot that is not in the job (Horovod's INVALID slot).
+inline constexpr const char* slot_not_in_job = "-1,-1,-1,-1,-1,-1";
+
 /// An elastic endpoint's request, parsed from a GET target without I/O (used by the
 /// server and the fuzz target).
 struct elastic_request {

@@ -53,6 +53,21 @@ def pids_matching(pattern, prefix=False):
     return out
 
 
+def pid_with_env(pattern, prefix=False, **env):
+    """A pid among pids_matching(pattern, prefix) whose environment has every KEY=VALUE of
+    `env`, or None."""
+    want = {k.encode(): str(v).encode() for k, v in env.items()}
+    for pid in pids_matching(pattern, prefix):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                have = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if all(have.get(k) == v for k, v in want.items()):
+            return pid
+    return None
+
+
 def wait_until(pred, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

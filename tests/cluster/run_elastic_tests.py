@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, pids_matching, run_suite, wait_until  # noqa: E402
+from harness import Cluster, pid_with_env, pids_matching, run_suite, wait_until  # noqa: E402
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
@@ -82,16 +82,10 @@ class ElasticTest(unittest.TestCase):
 
     def rank_pid(self, rank):
         """Pid of the program that currently has HOROVOD_RANK=rank at start (gen 1)."""
-        for pid in pids_matching(ALLREDUCE, prefix=True):
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-            except OSError:
-                continue
-            if env.get(b"HOROVOD_RANK") == str(rank).encode() and \
-               env.get(b"HOROVOD_ELASTIC") == b"1":
-                return pid
-        raise AssertionError(f"no process of rank {rank}")
+        pid = pid_with_env(ALLREDUCE, prefix=True, HOROVOD_RANK=rank, HOROVOD_ELASTIC=1)
+        if pid is None:
+            raise AssertionError(f"no process of rank {rank}")
+        return pid
 
     def check_run(self, out, steps):
         """Every step's sum equals its world size; the final state is consistent."""

@@ -14,7 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import pids_matching, rank_envs, rank_lines, run_suite  # noqa: E402
+from harness import pid_with_env, rank_envs, rank_lines, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -103,11 +103,7 @@ class MultiHostTest(unittest.TestCase):
         wait_for(r"step 10 size 2 ")
         publish([0, 1, 2])
         wait_for(r"step \d+ size 3 ")
-        victim = None
-        for pid in pids_matching(ALLREDUCE, prefix=True):
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"HOROVOD_HOSTNAME={h.hosts[1]['name']}".encode() in f.read().split(b"\0"):
-                    victim = pid
+        victim = pid_with_env(ALLREDUCE, prefix=True, HOROVOD_HOSTNAME=h.hosts[1]["name"])
         self.assertIsNotNone(victim)
         os.kill(victim, signal.SIGKILL)
         try:
