@@ -1,17 +1,13 @@
-// torch_store_server on Boost.Asio: one thread, asynchronous sessions, bounded sizes.
-// Wire format (torch 1.13 TCPStore): a query type byte, then arguments; strings and
-// byte vectors are a uint64 length plus bytes, integers are native int64/uint64.
+// torch_store_server on Boost.Asio: one thread, one torch_store_core, asynchronous
+// sessions that always keep reading (a client waiting on a key may cancel the wait).
 #include "runtime/torch_store.hpp"
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <optional>
+#include <future>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include <boost/asio.hpp>
 #include <fmt/format.h>
@@ -22,211 +18,76 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 namespace {
-
-enum query : uint8_t {
-  set_q,
-  compare_set_q,
-  get_q,
-  add_q,
-  check_q,
-  wait_q,
-  num_keys_q,
-  watch_q,
-  delete_q
-};
-constexpr uint64_t max_item = 64u << 20;    // one key or value
-constexpr size_t max_buffered = 128u << 20; // one connection's unparsed input
-
-// Reads from a byte buffer; every read reports whether enough bytes were there.
-struct reader {
-  const std::vector<char>& buf;
-  size_t pos = 0;
-  bool ok = true;
-  template <class T> T value() {
-    T v{};
-    if (!ok || buf.size() - pos < sizeof(T)) {
-      ok = false;
-      return v;
-    }
-    std::memcpy(&v, buf.data() + pos, sizeof(T));
-    pos += sizeof(T);
-    return v;
-  }
-  std::string bytes() {
-    auto n = value<uint64_t>();
-    if (!ok || n > max_item || buf.size() - pos < n) {
-      ok = ok && n <= max_item;
-      if (n > max_item)
-        throw std::length_error("item too large");
-      ok = false;
-      return {};
-    }
-    std::string s(buf.data() + pos, n);
-    pos += n;
-    return s;
-  }
-};
-
-template <class T> void put(std::string& out, T v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
+constexpr size_t max_connections = 4096;
+constexpr size_t max_reported = 16; // problem lines per server; the rest are counted
 } // namespace
 
 struct torch_store_server::impl {
   net::io_context io{1};
   tcp::acceptor acceptor{io};
   std::thread thread;
-  std::map<std::string, std::string> data;
-  size_t connections = 0;
+  torch_store_core core;
+  problem_handler on_problem;
+  size_t reported = 0;
+  uint64_t next_id = 1;
   struct session;
-  // Sessions blocked in WAIT; held strongly, since nothing else refers to them then.
-  std::vector<std::shared_ptr<session>> waiting;
+  std::unordered_map<uint64_t, std::weak_ptr<session>> sessions;
 
+  explicit impl(torch_store_limits limits) : core(limits) {}
   void accept();
-  void wake();
+  void deliver(torch_store_core::result& r);
+  void report(const std::string& line) {
+    std::fprintf(stderr, "caf-hvd torch store: %s\n", line.c_str());
+    if (on_problem && reported++ < max_reported)
+      on_problem(line);
+  }
 };
 
 struct torch_store_server::impl::session : std::enable_shared_from_this<session> {
   impl& srv;
   tcp::socket sock;
-  std::vector<char> in;
+  uint64_t id;
+  std::string peer;
   char chunk[65536];
   bool writing = false;
+  bool closed = false;
   std::string out;
 
-  session(impl& s, tcp::socket so) : srv(s), sock(std::move(so)) { ++srv.connections; }
-  ~session() { --srv.connections; }
+  session(impl& s, tcp::socket so, uint64_t i) : srv(s), sock(std::move(so)), id(i) {
+    boost::system::error_code ec;
+    auto ep = sock.remote_endpoint(ec);
+    peer = ec ? std::string{"?"} : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+    srv.core.connect(id);
+  }
+  ~session() {
+    srv.core.disconnect(id);
+    srv.sessions.erase(id);
+  }
 
   void read() {
     sock.async_read_some(net::buffer(chunk), [self = shared_from_this()](auto ec, size_t n) {
-      if (ec)
-        return; // peer gone: the session ends with its last reference
-      self->in.insert(self->in.end(), self->chunk, self->chunk + n);
-      if (self->in.size() > max_buffered)
+      if (ec || self->closed)
+        return self->close(); // peer gone: the session ends with its last reference
+      auto dialect_before = self->srv.core.dialect(self->id);
+      auto r = self->srv.core.feed(self->id, std::string_view{self->chunk, n});
+      if (r.close) {
+        auto d = self->srv.core.dialect(self->id);
+        if (d == torch_dialect::unknown)
+          d = dialect_before;
+        self->srv.report(fmt::format("closed the connection from {} ({} protocol): {}", self->peer,
+                                     to_string(d), r.problem));
+      }
+      self->srv.deliver(r);
+      if (r.close)
         return self->close();
-      self->serve();
+      self->read();
     });
   }
 
-  // Answers every complete query in the buffer; stops at an incomplete one or a WAIT
-  // whose keys are missing (resumed by wake()).
-  void serve() {
-    for (;;) {
-      if (in.empty())
-        return read();
-      reader r{in};
-      std::string reply;
-      try {
-        auto q = r.value<uint8_t>();
-        switch (q) {
-        case set_q: {
-          auto k = r.bytes();
-          auto v = r.bytes();
-          if (!r.ok)
-            return read();
-          srv.data[k] = std::move(v);
-          consume(r.pos);
-          srv.wake();
-          continue;
-        }
-        case compare_set_q: {
-          auto k = r.bytes();
-          auto expected = r.bytes();
-          auto desired = r.bytes();
-          if (!r.ok)
-            return read();
-          auto it = srv.data.find(k);
-          std::string current;
-          if (it == srv.data.end()) {
-            if (expected.empty()) {
-              srv.data[k] = desired;
-              current = desired;
-            } else {
-              current = expected;
-            }
-          } else if (it->second == expected) {
-            it->second = desired;
-            current = desired;
-          } else {
-            current = it->second;
-          }
-          put<uint64_t>(reply, current.size());
-          reply += current;
-          break;
-        }
-        case get_q: {
-          auto k = r.bytes();
-          if (!r.ok)
-            return read();
-          auto it = srv.data.find(k);
-          auto v = it == srv.data.end() ? std::string{} : it->second;
-          put<uint64_t>(reply, v.size());
-          reply += v;
-          break;
-        }
-        case add_q: {
-          auto k = r.bytes();
-          auto n = r.value<int64_t>();
-          if (!r.ok)
-            return read();
-          auto& slot = srv.data[k];
-          int64_t v = (slot.empty() ? 0 : std::stoll(slot)) + n;
-          slot = std::to_string(v);
-          put<int64_t>(reply, v);
-          consume(r.pos);
-          send(reply);
-          srv.wake();
-          continue;
-        }
-        case check_q:
-        case wait_q: {
-          auto n = r.value<uint64_t>();
-          if (n > 65536)
-            return close();
-          bool all = true;
-          for (uint64_t i = 0; i < n && r.ok; ++i) {
-            auto k = r.bytes();
-            all = all && srv.data.count(k);
-          }
-          if (!r.ok)
-            return read();
-          if (q == wait_q && !all) {
-            srv.waiting.push_back(shared_from_this());
-            return; // serve() runs again when a key is set
-          }
-          put<uint8_t>(reply, q == check_q ? (all ? 0 : 1) : 0);
-          break;
-        }
-        case num_keys_q:
-          put<int64_t>(reply, static_cast<int64_t>(srv.data.size()));
-          break;
-        case delete_q: {
-          auto k = r.bytes();
-          if (!r.ok)
-            return read();
-          put<int64_t>(reply, static_cast<int64_t>(srv.data.erase(k)));
-          break;
-        }
-        default: // watch_q (callbacks) and anything unknown are not served
-          if (std::getenv("CAF_HVD_DEBUG_STORE"))
-            std::fprintf(stderr, "torch store: query %d not served\n", q);
-          return close();
-        }
-      } catch (const std::exception& e) {
-        if (std::getenv("CAF_HVD_DEBUG_STORE"))
-          std::fprintf(stderr, "torch store: %s\n", e.what());
-        return close();
-      }
-      consume(r.pos);
-      send(reply);
-    }
-  }
-
-  void consume(size_t n) { in.erase(in.begin(), in.begin() + static_cast<long>(n)); }
-
-  void send(const std::string& reply) {
-    out += reply;
+  void send(std::string bytes) {
+    if (closed)
+      return;
+    out += bytes;
     flush();
   }
 
@@ -245,32 +106,53 @@ struct torch_store_server::impl::session : std::enable_shared_from_this<session>
   }
 
   void close() {
+    if (closed)
+      return;
+    closed = true;
+    srv.core.disconnect(id);
     boost::system::error_code ignored;
+    sock.shutdown(tcp::socket::shutdown_both, ignored);
     sock.close(ignored);
   }
 };
 
-void torch_store_server::impl::wake() {
-  auto w = std::move(waiting);
-  waiting.clear();
-  for (auto& s : w)
-    s->serve();
+void torch_store_server::impl::deliver(torch_store_core::result& r) {
+  for (auto& s : r.sends) {
+    auto it = sessions.find(s.conn);
+    if (it == sessions.end())
+      continue;
+    if (auto sp = it->second.lock())
+      sp->send(std::move(s.bytes));
+  }
 }
 
 void torch_store_server::impl::accept() {
   acceptor.async_accept([this](boost::system::error_code ec, tcp::socket sock) {
     if (ec == net::error::operation_aborted)
       return;
-    if (!ec && connections < 4096) {
+    if (!ec && sessions.size() < max_connections) {
       sock.set_option(tcp::no_delay(true), ec);
-      std::make_shared<session>(*this, std::move(sock))->read();
+      auto id = next_id++;
+      auto s = std::make_shared<session>(*this, std::move(sock), id);
+      sessions.emplace(id, s);
+      s->read();
+    } else if (!ec) {
+      report(fmt::format("refused a connection: {} connections are open", max_connections));
+    }
+    if (ec && ec != net::error::operation_aborted) {
+      // Out of descriptors and similar: retry a little later rather than spin.
+      auto t = std::make_shared<net::steady_timer>(io, std::chrono::milliseconds(50));
+      t->async_wait([this, t](auto) { accept(); });
+      return;
     }
     accept();
   });
 }
 
-torch_store_server::torch_store_server(const std::string& bind, uint16_t port)
-    : impl_(std::make_unique<impl>()) {
+torch_store_server::torch_store_server(const std::string& bind, uint16_t port,
+                                       problem_handler on_problem, torch_store_limits limits)
+    : impl_(std::make_unique<impl>(limits)) {
+  impl_->on_problem = std::move(on_problem);
   boost::system::error_code ec;
   auto addr = net::ip::make_address(bind, ec);
   tcp::endpoint ep{addr, port};
@@ -293,13 +175,32 @@ torch_store_server::~torch_store_server() {
   net::post(impl_->io, [this] {
     boost::system::error_code ignored;
     impl_->acceptor.close(ignored);
+    for (auto& [id, w] : impl_->sessions)
+      if (auto s = w.lock()) {
+        s->closed = true;
+        s->sock.close(ignored);
+      }
     impl_->io.stop();
   });
   impl_->thread.join();
+  // Run the aborted completions now, so the sessions they hold end while the store
+  // they refer to still exists.
+  impl_->io.restart();
+  impl_->io.poll();
 }
 
 uint16_t torch_store_server::port() const {
   return impl_->acceptor.local_endpoint().port();
+}
+
+void torch_store_server::clear() {
+  std::promise<void> done;
+  auto f = done.get_future();
+  net::post(impl_->io, [this, &done] {
+    impl_->core.clear();
+    done.set_value();
+  });
+  f.wait();
 }
 
 } // namespace cafhvd

@@ -9,6 +9,9 @@
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
+#include <vector>
+
+#include <mutex>
 
 #include "runtime/torch_store.hpp"
 
@@ -111,4 +114,99 @@ TEST_CASE("torch store: garbage ends that connection only") {
   }
   client good{srv.port()};
   CHECK(good.add("n", 5) == 5);
+}
+
+namespace {
+
+// A torch 2.2+ client: VALIDATE then (2.5+) PING on connect, SET=1, GET=3, WAIT=6.
+struct client2 : client {
+  explicit client2(uint16_t port) : client(port) {
+    std::string q(1, '\x00');
+    put<uint32_t>(q, 0x3C85F7CE);
+    q.push_back('\x0d');
+    put<uint32_t>(q, 4242);
+    send(q);
+    auto nonce = recv(4);
+    uint32_t n = 0;
+    REQUIRE(nonce.size() == 4);
+    std::memcpy(&n, nonce.data(), 4);
+    CHECK(n == 4242);
+  }
+  void set2(const std::string& k, const std::string& v) {
+    std::string q(1, '\x01');
+    str(q, k);
+    str(q, v);
+    send(q);
+  }
+  std::string get2(const std::string& k) {
+    CHECK(keys_query('\x06', k) == std::string(1, '\x00')); // torch WAITs before a GET
+    std::string q(1, '\x03');
+    str(q, k);
+    send(q);
+    auto len = recv(8);
+    uint64_t n = 0;
+    std::memcpy(&n, len.data(), 8);
+    return recv(n);
+  }
+};
+
+} // namespace
+
+TEST_CASE("torch store over sockets: a 2.x and a 1.13 client in one store") {
+  torch_store_server srv{"127.0.0.1", 0};
+  client2 modern{srv.port()};
+  client legacy{srv.port()};
+  legacy.set("/from113", "a");
+  CHECK(modern.get2("/from113") == "a");
+  std::string waited;
+  std::thread t{[&] { waited = legacy.keys_query('\x05', "/from2x"); }};
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  modern.set2("/from2x", "b");
+  t.join();
+  CHECK(waited == std::string(1, '\x00'));
+  CHECK(legacy.get("/from2x") == "b");
+}
+
+TEST_CASE("torch store over sockets: a pending wait is cancelled on the same connection") {
+  torch_store_server srv{"127.0.0.1", 0};
+  client2 c{srv.port()};
+  std::string q(1, '\x06');
+  c.put<uint64_t>(q, 1);
+  c.str(q, "/never");
+  c.send(q);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  c.send(std::string(1, '\x0c')); // CANCEL_WAIT, as torch's client sends on its timeout
+  CHECK(c.recv(1) == std::string(1, '\x01'));
+  c.set2("/after", "ok"); // the connection goes on
+  CHECK(c.get2("/after") == "ok");
+}
+
+TEST_CASE("torch store over sockets: a protocol violation is reported and closes that client") {
+  std::mutex m;
+  std::vector<std::string> problems;
+  torch_store_server srv{"127.0.0.1", 0, [&](const std::string& p) {
+                           std::lock_guard<std::mutex> g{m};
+                           problems.push_back(p);
+                         }};
+  {
+    client2 bad{srv.port()};
+    bad.send(std::string(1, '\x63')); // type 99
+    CHECK(bad.recv(1).empty());
+  }
+  client2 good{srv.port()};
+  good.set2("/k", "v");
+  CHECK(good.get2("/k") == "v");
+  std::lock_guard<std::mutex> g{m};
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("query type 99") != std::string::npos);
+  CHECK(problems[0].find("torch 2.2+") != std::string::npos);
+}
+
+TEST_CASE("torch store over sockets: clear() starts a fresh key space") {
+  torch_store_server srv{"127.0.0.1", 0};
+  client2 c{srv.port()};
+  c.set2("/gen1", "x");
+  CHECK(c.get2("/gen1") == "x");
+  srv.clear();
+  CHECK(c.keys_query('\x05', "/gen1") == std::string(1, '\x01')); // CHECK: NOT_READY
 }
