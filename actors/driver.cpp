@@ -105,6 +105,7 @@ public:
         [this](exited_atom, rank_exit& ex) { on_exit(ex); },
         [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
         [this](deadline_atom, uint32_t which) { on_deadline(which); },
+        [this](tstore_atom, std::string& problem) { on_store_problem(problem); },
     };
   }
 
@@ -516,7 +517,7 @@ private:
       answered(who);
     };
     auto on_error = [this, who](caf::error& e) { fail_start(who + ": " + describe(e)); };
-    if (job_.torch_store)
+    if (job_.torch_store != torch_store_mode::off)
       request(n0.colocator, remaining(), tstore_atom::value, n0.reach_address)
           .then(on_port, on_error);
     else
@@ -554,7 +555,7 @@ private:
       in.hostname = re.hostname;
       in.master_addr = master.reach_address;
       in.master_port = master_port_;
-      in.agent_store = job_.torch_store;
+      in.agent_store = job_.torch_store != torch_store_mode::off;
       in.nccl_ifaces = nics_[n.info.name];
       in.iface = in.nccl_ifaces.empty() ? std::string{} : in.nccl_ifaces.front();
       in.rendezvous_addr = rendezvous_addr_;
@@ -656,6 +657,22 @@ private:
       begin_teardown();
       return maybe_finish();
     }
+  }
+
+  // The first problem is printed with what to do; with --torch-store on it also ends
+  // the job, rather than leaving the rank to fail at its own store timeout.
+  void on_store_problem(const std::string& problem) {
+    if (store_problems_++ == 0)
+      write_all(2, torch_store_problem_message(problem));
+    if (job_.torch_store != torch_store_mode::on || failure_ || interrupted_
+        || phase_ == phase::teardown)
+      return;
+    failure_ = "the torch store could not serve a client (--torch-store on)";
+    failure_code_ = 1;
+    if (phase_ < phase::launch)
+      return fail_start(*failure_);
+    begin_teardown();
+    maybe_finish();
   }
 
   void on_interrupt(int32_t sig) {
@@ -766,6 +783,7 @@ private:
   int rendezvous_port_ = 0;
   std::optional<std::string> failure_;
   int failure_code_ = 1;
+  int store_problems_ = 0;
   int interrupted_ = 0;
   bool failed_ = false;
 };

@@ -28,6 +28,11 @@ struct elastic_config {
   std::chrono::milliseconds discovery_timeout{30000}; // one run of the script
 };
 
+/// --torch-store: serve torch's TCPStore at MASTER_PORT, as torchrun's agent does
+/// (automatic: a client the store cannot serve is reported; on: it also fails the job),
+/// or leave MASTER_PORT to rank 0's own store (off).
+enum class torch_store_mode { automatic, on, off };
+
 /// Everything the user asked for, validated by the command line front end.
 struct job_config {
   std::vector<host_spec> hosts;       // node agents in the order given
@@ -43,8 +48,8 @@ struct job_config {
   std::string output_dir;                      // --output-filename
   std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
-  bool tls = true;         // connect to node agents through mutual TLS (false: --insecure)
-  bool torch_store = true; // serve torch's store at MASTER_PORT (false: a free port)
+  bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
+  torch_store_mode torch_store = torch_store_mode::automatic;
   std::optional<elastic_config> elastic; // set: hosts come from discovery, not `hosts`
 };
 

@@ -73,4 +73,12 @@ std::string loopback_name(const node_info& info) {
   return "lo";
 }
 
+std::string torch_store_problem_message(const std::string& problem) {
+  return fmt::format("caf-hvd: error: torch store {}\n"
+                     "caf-hvd: the program's torch speaks a store protocol that caf-hvd's torch "
+                     "store does not support; rerun with --torch-store off (rank 0 then starts "
+                     "torch's own store at MASTER_PORT)\n",
+                     problem);
+}
+
 } // namespace cafhvd

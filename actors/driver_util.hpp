@@ -26,6 +26,10 @@ std::string output_tag(int rank, int stream);
 /// Why connecting to a node agent failed, in words a user can act on.
 std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls);
 
+/// What the driver prints when the job's torch store closed a client for a protocol
+/// violation (`problem` names where, the client, its dialect and what it sent).
+std::string torch_store_problem_message(const std::string& problem);
+
 /// The name of a node's loopback interface ("lo" if it reported none).
 std::string loopback_name(const node_info& info);
 

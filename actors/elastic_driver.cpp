@@ -41,6 +41,7 @@
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
 #include "runtime/rendezvous_server.hpp"
+#include "runtime/torch_store.hpp"
 
 namespace cafhvd {
 
@@ -121,6 +122,7 @@ public:
         [this](exited_atom, rank_exit& ex) { on_exit(ex); },
         [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
         [this](deadline_atom, uint32_t which) { on_deadline(which); },
+        [this](tstore_atom, std::string& problem) { on_store_problem(problem); },
         [this](discover_atom) { run_discovery(); },
         [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
         [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
@@ -482,6 +484,21 @@ private:
     });
     server_->set_update(0, "generation 0\nchange none\n");
     log("rendezvous server on {}:{}", bind, server_->port());
+    // torch's store lives next to it for the whole job, so MASTER_ADDR/PORT outlive any
+    // host; each released generation gets a fresh key space (torchrun starts a new store
+    // for each restart).
+    if (job_.torch_store != torch_store_mode::off) {
+      try {
+        torch_store_ = std::make_unique<torch_store_server>(
+            bind, uint16_t{0}, [hdl](const std::string& problem) {
+              caf::anon_send(hdl, tstore_atom::value, "on the driver: " + problem);
+            });
+      } catch (const std::exception& e) {
+        fail(e.what());
+        return false;
+      }
+      log("torch store on {}:{}", bind, torch_store_->port());
+    }
     return true;
   }
 
@@ -728,9 +745,15 @@ private:
                                       [&](auto& x) { return x.hostname == row.hostname; })
                          - plan_hosts_.begin());
     in.hostname = h.info.name;
-    in.master_addr = master.reach_address;
-    in.master_port = master.free_port;
-    in.agent_store = false;
+    if (torch_store_) {
+      in.master_addr = server_->address();
+      in.master_port = torch_store_->port();
+      in.agent_store = true;
+      in.restart_count = static_cast<int>(gen_ - 1);
+    } else {
+      in.master_addr = master.reach_address;
+      in.master_port = master.free_port;
+    }
     in.nccl_ifaces = h.nics;
     in.iface = h.nics.empty() ? std::string{} : h.nics.front();
     in.rendezvous_addr = server_->address();
@@ -817,6 +840,8 @@ private:
       if (auto* s = current(key))
         s->joined = gen_;
     pending_votes_.clear();
+    if (torch_store_)
+      torch_store_->clear(); // before anyone learns its rank in the new plan
     server_->release(plan_);
     log("generation {} released: all {} ranks joined", gen_, plan_.size());
   }
@@ -976,6 +1001,13 @@ private:
     teardown();
   }
 
+  void on_store_problem(const std::string& problem) {
+    if (store_problems_++ == 0)
+      write_all(2, torch_store_problem_message(problem));
+    if (job_.torch_store == torch_store_mode::on)
+      fail("the torch store could not serve a client (--torch-store on)");
+  }
+
   void fail(const std::string& msg) {
     if (done_)
       return;
@@ -1112,6 +1144,8 @@ private:
   std::string job_id_;
   clock_type::time_point started_;
   std::unique_ptr<rendezvous_server> server_;
+  std::unique_ptr<torch_store_server> torch_store_;
+  int store_problems_ = 0;
 
   std::map<std::string, ehost> hosts_;      // by endpoint
   std::vector<std::string> listed_order_;   // endpoints in the latest discovery output's order

@@ -9,6 +9,8 @@
 #include <thread>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "actors/config.hpp"
 #include "runtime/nic.hpp"
 
@@ -97,8 +99,15 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
       [=](tstore_atom, const std::string& bind) -> caf::result<int32_t> {
         try {
           auto& st = self->state;
-          if (!st.torch_store)
-            st.torch_store = std::make_unique<torch_store_server>(bind, uint16_t{0});
+          if (!st.torch_store) {
+            // Protocol violations go to the driver, which tells the user what to do.
+            auto driver = st.driver;
+            auto where = fmt::format("on node '{}'", settings_of(self->system()).name);
+            st.torch_store = std::make_unique<torch_store_server>(
+                bind, uint16_t{0}, [driver, where](const std::string& problem) {
+                  caf::anon_send(driver, tstore_atom::value, where + ": " + problem);
+                });
+          }
           return static_cast<int32_t>(st.torch_store->port());
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, e.what());

@@ -150,7 +150,9 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 /// the worker holds a bounded number of batches in flight (flow control end to end).
 using driver_actor =
     caf::typed_actor<caf::replies_to<output_atom, output_batch>::with<caf::ok_atom>,
-                     caf::reacts_to<exited_atom, rank_exit>>;
+                     caf::reacts_to<exited_atom, rank_exit>,
+                     // the job's torch store closed a client for a protocol violation
+                     caf::reacts_to<tstore_atom, std::string>>;
 
 /// The driver's full interface: node-side messages plus its own signals and deadlines.
 using driver_full_actor = driver_actor::extend<

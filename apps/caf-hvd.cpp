@@ -280,7 +280,7 @@ struct job_options {
   po::options_description desc;
   int np = 0;
   double start_timeout = 30, kill_grace = 5;
-  std::string output_dir, hosts, hostfile, nics, cluster;
+  std::string output_dir, hosts, hostfile, nics, cluster, torch_store = "auto";
   std::vector<std::string> env;
   std::vector<std::string> command;
   // elastic (driver only)
@@ -302,9 +302,10 @@ struct job_options {
         "network-interface", po::value(&nics),
         "NAME[,NAME...]: use only these interfaces between hosts")(
         "verbose", "print each phase of the job with timings")(
-        "free-master-port",
-        "MASTER_PORT is only a free port (default: caf-hvd serves torch's store there, as "
-        "torchrun does)");
+        "torch-store", po::value(&torch_store)->default_value("auto"),
+        "auto|on|off: serve torch's TCPStore at MASTER_PORT as torchrun does (auto: a client "
+        "it cannot serve is reported; on: that also fails the job; off: MASTER_PORT is a free "
+        "port for rank 0's own store)")("free-master-port", "the same as --torch-store off");
     if (with_hosts)
       desc.add_options()("hosts,H", po::value(&hosts),
                          "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
@@ -423,7 +424,19 @@ int run_job(int argc, char** argv, bool embedded) {
   job_config job;
   job.embedded = embedded;
   job.verbose = vm.count("verbose") > 0;
-  job.torch_store = vm.count("free-master-port") == 0;
+  if (o.torch_store == "auto")
+    job.torch_store = torch_store_mode::automatic;
+  else if (o.torch_store == "on")
+    job.torch_store = torch_store_mode::on;
+  else if (o.torch_store == "off")
+    job.torch_store = torch_store_mode::off;
+  else
+    throw usage_error(fmt::format("--torch-store '{}': expected auto, on or off", o.torch_store));
+  if (vm.count("free-master-port")) {
+    if (!vm["torch-store"].defaulted() && job.torch_store != torch_store_mode::off)
+      throw usage_error("--free-master-port means --torch-store off; give only one of them");
+    job.torch_store = torch_store_mode::off;
+  }
   if (o.command.empty())
     throw usage_error("no command given: put it after '--', e.g. caf-hvd run -np 2 -- hostname");
   bool elastic = vm.count("host-discovery-script") > 0;

@@ -102,7 +102,7 @@ std::vector<std::string> build_rank_env(const rank_env_input& in) {
   if (in.agent_store) {
     // As under torchrun: env:// makes every rank a client of the store at MASTER_PORT.
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
-    env["TORCHELASTIC_RESTART_COUNT"] = s(0); // not = "0": GCC 12 -Wrestrict false positive
+    env["TORCHELASTIC_RESTART_COUNT"] = s(in.restart_count);
   }
   std::vector<std::string> out;
   out.reserve(env.size());

@@ -22,6 +22,7 @@ struct rank_env_input {
   std::string rendezvous_addr;          // HOROVOD_GLOO_RENDEZVOUS_ADDR ("" until the server exists)
   int rendezvous_port = 0;
   bool agent_store = false;       // MASTER_PORT is served by the launcher's torch store
+  int restart_count = 0;          // TORCHELASTIC_RESTART_COUNT (elastic: the generation index)
   std::vector<std::string> base;  // inherited KEY=VALUE pairs (the driver's environment)
   std::vector<std::string> extra; // the user's --env KEY=VALUE pairs
 };
