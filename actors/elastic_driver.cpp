@@ -37,6 +37,7 @@
 #include "actors/driver_util.hpp"
 #include "actors/node_actors.hpp"
 #include "runtime/env.hpp"
+#include "runtime/generation.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
@@ -101,6 +102,7 @@ struct eslot {
   uint64_t joined = 0;  // the last generation it was answered for
   int rank = -1;        // in the current plan, or the last one it had
   int exit_code = -1;
+  clock_type::time_point started{}; // when its process was asked for
 };
 
 class elastic_driver : public elastic_driver_actor::base {
@@ -128,9 +130,14 @@ public:
         [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
         [this](rejoin_atom, uint64_t gen) { on_rejoin(gen); },
         [this](probed_atom, std::string& ep, std::string& problem) { on_reachable(ep, problem); },
+        // A stop escalates: SIGTERM, then SIGKILL after the grace period.
         [this](retire_atom, uint32_t id, int32_t sig) {
-          if (auto* s = slot_by_id(id); s && s->running && s->retired && s->worker)
-            send(s->worker, terminate_atom::value, sig);
+          auto* s = slot_by_id(id);
+          if (!s || !s->running || !s->retired || !s->worker)
+            return;
+          send(s->worker, terminate_atom::value, sig);
+          if (sig == SIGTERM)
+            delayed_send(this, job_.kill_grace, retire_atom::value, id, int32_t{SIGKILL});
         },
     };
   }
@@ -180,7 +187,7 @@ private:
     return nullptr;
   }
 
-  bool in_plan(const std::string& key) const { return plan_rows_.count(key) > 0; }
+  bool in_plan(const std::string& key) const { return gen_.rows.count(key) > 0; }
 
   // -- discovery ----------------------------------------------------------------------
 
@@ -511,7 +518,7 @@ private:
     // Hosts listed together join together, in the order listed (deterministic), unless a
     // failure makes the job wait: then the next generation forms from the hosts at hand.
     bool plan_broken = rejoin_due_;
-    for (auto& [key, row] : plan_rows_) {
+    for (auto& [key, row] : gen_.rows) {
       auto* h = host_by_name(row.hostname);
       plan_broken = plan_broken || !h || h->blacklisted || !h->listed;
     }
@@ -534,16 +541,21 @@ private:
       hs.push_back({h.info.name, h.slots()});
       total += h.slots();
     }
-    if (gen_ > 0 && !previous_host_survives()) {
+    if (gen_.number > 0 && !previous_generation_survives()) {
       bool all_black =
           std::all_of(hosts_.begin(), hosts_.end(), [](auto& p) { return p.second.blacklisted; });
-      return fail(all_black ? fmt::format("every host is blacklisted; first failure: {}",
-                                          first_failure_.value_or("none"))
-                            : fmt::format("no host of generation {} is left to carry the job's "
-                                          "state over{}",
-                                          gen_,
-                                          first_failure_ ? "; first failure: " + *first_failure_
-                                                         : std::string{}));
+      auto first = first_failure_ ? "; first failure: " + *first_failure_ : std::string{};
+      if (all_black)
+        return fail(fmt::format("every host is blacklisted; first failure: {}",
+                                first_failure_.value_or("none")));
+      if (released_gen_ == 0)
+        return fail(fmt::format("no host of generation {} is left to carry the job's state "
+                                "over{}",
+                                gen_.number, first));
+      return fail(fmt::format("no host of generation {} is left to carry the job's state over: "
+                              "the training state was lost with the last host of the previous "
+                              "generation ({}){}",
+                              released_gen_, fmt::join(released_hosts_, ","), first));
     }
     if (total < ec_.min_np) {
       wait_for_slots(total);
@@ -556,26 +568,40 @@ private:
       return fail(e.what());
     }
     waiting_slots_ = false;
-    if (gen_ > 0 && plan == plan_ && !rejoin_due_)
+    if (gen_.number > 0 && plan == gen_.plan && !rejoin_due_)
       return; // e.g. hosts beyond --max-np appeared: no reset
-    if (gen_ > 0 && ec_.reset_limit && static_cast<int>(gen_ - 1) >= *ec_.reset_limit)
+    if (gen_.number > 0 && ec_.reset_limit && static_cast<int>(gen_.number - 1) >= *ec_.reset_limit)
       return fail(
           fmt::format("the job has been reset {} times, which reaches the reset limit "
                       "(--reset-limit {}); stopping{}",
-                      gen_ - 1, *ec_.reset_limit,
+                      gen_.number - 1, *ec_.reset_limit,
                       first_failure_ ? " (last failure: " + *last_failure_ + ")" : std::string{}));
     begin_generation(std::move(plan), hs);
   }
 
-  bool previous_host_survives() const {
-    for (auto& s : plan_) {
-      for (auto& ep : order_) {
-        auto& h = hosts_.at(ep);
-        if (h.info.name == s.hostname)
+  // "The previous generation" is the last released one, the only one whose ranks hold
+  // training state: one of its ranks must run on a host of the next plan. Before any
+  // release, a host of the forming generation must stay (nothing to carry yet, but a
+  // program that never votes keeps its ranks only that way).
+  bool previous_generation_survives() const {
+    std::set<std::string> available;
+    for (auto& ep : order_)
+      available.insert(hosts_.at(ep).info.name);
+    if (released_gen_ == 0) {
+      for (auto& s : gen_.plan)
+        if (available.count(s.hostname))
           return true;
-      }
+      return gen_.plan.empty();
     }
-    return plan_.empty();
+    std::vector<slot_process> procs;
+    for (auto& [id, s] : slots_)
+      procs.push_back(process_of(s));
+    return !state_carriers(released_gen_, procs, available).empty();
+  }
+
+  slot_process process_of(const eslot& s) const {
+    auto& h = hosts_.at(s.endpoint);
+    return {s.key, h.info.name, s.started, s.joined, s.running && !s.retired};
   }
 
   void wait_for_slots(int total) {
@@ -599,7 +625,7 @@ private:
   }
 
   void begin_generation(std::vector<slot_info> plan, const std::vector<host_slots>& hs) {
-    auto change = gen_ == 0 ? host_change::added : compare_hosts(plan_hosts_, hs);
+    auto change = gen_.number == 0 ? host_change::added : compare_hosts(plan_hosts_, hs);
     std::vector<std::string> added, removed;
     {
       std::set<std::string> before, after;
@@ -614,57 +640,46 @@ private:
         if (!after.count(h.hostname))
           removed.push_back(h.hostname);
     }
-    ++gen_;
     rejoin_wanted_ = false;
     rejoin_due_ = false;
     auto reason = std::exchange(reset_reason_, std::string{});
-    plan_ = std::move(plan);
+    auto old_votes = std::move(gen_.votes);
+    gen_ = generation{gen_.number + 1, std::move(plan), clock_type::now()};
+    auto plan_host_names = gen_.hosts();
     plan_hosts_.clear();
-    plan_rows_.clear();
-    std::set<std::string> plan_host_names;
-    for (auto& s : plan_) {
-      plan_rows_[slot_key(s.hostname, s.local_rank)] = s;
-      plan_host_names.insert(s.hostname);
-    }
     for (auto& h : hs)
-      if (plan_host_names.count(h.hostname))
+      if (std::count(plan_host_names.begin(), plan_host_names.end(), h.hostname))
         plan_hosts_.push_back(h);
-    released_ = false;
     // Votes that wait for this generation carry over; slots that left are told so.
-    std::set<std::string> votes;
-    for (auto& key : pending_votes_) {
+    for (auto& key : old_votes) {
       if (in_plan(key))
-        votes.insert(key);
+        gen_.votes.insert(key);
       else
         retire_slot(key);
     }
-    pending_votes_ = std::move(votes);
     // Running slots that are no longer in the job will be answered -1 and are stopped
     // if they do not end by themselves.
     for (auto& [id, s] : slots_)
       if (s.running && !s.retired && !in_plan(s.key))
         retire_slot(s.key);
-    std::string text = fmt::format("generation {}\nchange {}\n", gen_, to_string(change));
+    std::string text = fmt::format("generation {}\nchange {}\n", gen_.number, to_string(change));
     for (auto& h : added)
       text += "added " + h + "\n";
     for (auto& h : removed)
       text += "removed " + h + "\n";
-    server_->set_update(gen_, text);
+    server_->set_update(gen_.number, text);
     std::string layout;
     for (auto& h : plan_hosts_)
       layout += fmt::format("{}{}:{}", layout.empty() ? "" : ",", h.hostname,
-                            std::count_if(plan_.begin(), plan_.end(),
+                            std::count_if(gen_.plan.begin(), gen_.plan.end(),
                                           [&](auto& s) { return s.hostname == h.hostname; }));
-    say("generation {}: {} ranks on {}{}{}{}", gen_, plan_.size(), layout,
-        added.empty() || gen_ == 1 ? "" : fmt::format(" (added {})", fmt::join(added, ",")),
+    say("generation {}: {} ranks on {}{}{}{}", gen_.number, gen_.plan.size(), layout,
+        added.empty() || gen_.number == 1 ? "" : fmt::format(" (added {})", fmt::join(added, ",")),
         removed.empty() ? "" : fmt::format(" (removed {})", fmt::join(removed, ",")),
         added.empty() && removed.empty() && !reason.empty() ? " (" + reason + ")" : std::string{});
-    if (gen_ > 1)
-      delayed_send(this, job_.start_timeout, deadline_atom::value,
-                   dl_barrier | static_cast<uint32_t>(gen_ << 4));
     // New slots get processes; running ones learn their place through rank_and_size.
-    for (size_t r = 0; r < plan_.size() && !done_; ++r) {
-      auto& row = plan_[r];
+    for (size_t r = 0; r < gen_.plan.size() && !done_; ++r) {
+      auto& row = gen_.plan[r];
       auto key = slot_key(row.hostname, row.local_rank);
       if (auto* s = current(key); s && s->running && !s->retired) {
         s->rank = row.rank;
@@ -672,6 +687,8 @@ private:
       }
       start_slot(key, row);
     }
+    barrier_check_.reset();
+    schedule_barrier_check();
     check_release();
   }
 
@@ -685,6 +702,7 @@ private:
     s.endpoint = h->endpoint();
     s.running = true;
     s.rank = row.rank;
+    s.started = clock_type::now();
     // A retired process of the same slot may still be ending: it keeps its own entry.
     slots_[s.id] = s;
     current_[key] = s.id;
@@ -719,8 +737,8 @@ private:
   // Starts the slot's process with its row of the current plan (which may be newer than
   // the one the worker was spawned for).
   void launch_slot(eslot& s) {
-    auto it = plan_rows_.find(s.key);
-    if (it == plan_rows_.end()) {
+    auto it = gen_.rows.find(s.key);
+    if (it == gen_.rows.end()) {
       // The slot left the job while its worker was spawned.
       s.running = false;
       s.retired = true;
@@ -729,7 +747,7 @@ private:
     }
     auto& row = it->second;
     auto& h = hosts_.at(s.endpoint);
-    auto* master_host = host_by_name(plan_.front().hostname);
+    auto* master_host = host_by_name(gen_.plan.front().hostname);
     if (!master_host)
       return slot_failed(s, "rank 0's host is gone");
     auto& master = *master_host;
@@ -749,7 +767,7 @@ private:
       in.master_addr = server_->address();
       in.master_port = torch_store_->port();
       in.agent_store = true;
-      in.restart_count = static_cast<int>(gen_ - 1);
+      in.restart_count = static_cast<int>(gen_.number - 1);
     } else {
       in.master_addr = master.reach_address;
       in.master_port = master.free_port;
@@ -781,7 +799,7 @@ private:
   void retire_slot(const std::string& key) {
     if (server_)
       server_->answer_slot(key, slot_not_in_job);
-    pending_votes_.erase(key);
+    gen_.votes.erase(key);
     auto* s = current(key);
     if (!s || s->retired)
       return;
@@ -800,28 +818,32 @@ private:
     }
     auto* s = current(key);
     if (!in_plan(key) || !s || s->retired) {
-      log("vote of {} which is not in generation {}: answered -1", key, gen_);
+      log("vote of {} which is not in generation {}: answered -1", key, gen_.number);
       server_->answer_slot(key, slot_not_in_job);
       return;
     }
-    if (s->joined < gen_) {
-      if (pending_votes_.insert(key).second)
-        log("vote of {} for generation {} ({} of {})", key, gen_, pending_votes_.size(),
-            plan_.size());
+    if (s->joined < gen_.number) {
+      if (gen_.votes.insert(key).second)
+        log("vote of {} for generation {} ({} of {})", key, gen_.number, gen_.votes.size(),
+            gen_.plan.size());
+      if (!gen_.first_vote) {
+        gen_.first_vote = clock_type::now(); // from now on its fresh peers have deadlines
+        schedule_barrier_check();
+      }
       return check_release();
     }
     // It already joined this generation: it asks for the next one (it saw a failure).
-    pending_votes_.insert(key);
+    gen_.votes.insert(key);
     if (!rejoin_wanted_) {
       rejoin_wanted_ = true;
       log("{} asks for a new generation; waiting briefly for the failure's report", key);
-      delayed_send(this, std::chrono::milliseconds(1000), rejoin_atom::value, gen_);
+      delayed_send(this, std::chrono::milliseconds(1000), rejoin_atom::value, gen_.number);
     }
   }
 
   // No failure explains a rank's request for a new generation: start one anyway.
   void on_rejoin(uint64_t gen) {
-    if (gen != gen_ || !rejoin_wanted_ || done_ || finishing_)
+    if (gen != gen_.number || !rejoin_wanted_ || done_ || finishing_)
       return;
     say("ranks asked to re-join without a reported failure; starting a new generation");
     rejoin_due_ = true;
@@ -829,21 +851,87 @@ private:
     reconsider();
   }
 
-  void check_release() {
-    if (released_ || done_)
+  // Arms one check for the earliest join deadline of the forming generation (fresh
+  // processes: --start-timeout; processes that hold state: --elastic-timeout).
+  void schedule_barrier_check() {
+    if (gen_.released || done_)
       return;
-    for (auto& [key, row] : plan_rows_)
-      if (!pending_votes_.count(key))
+    std::optional<clock_type::time_point> next;
+    for (auto& key : gen_.missing()) {
+      auto* s = current(key);
+      if (!s)
+        continue;
+      auto d = deadline_for(gen_, process_of(*s), job_.start_timeout, ec_.elastic_timeout);
+      if (d.kind != deadline_kind::none && (!next || d.at < *next))
+        next = d.at;
+    }
+    if (!next || (barrier_check_ && *barrier_check_ <= *next))
+      return;
+    barrier_check_ = next;
+    auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(*next - clock_type::now());
+    delayed_send(this, std::max(delay, std::chrono::milliseconds(0)) + std::chrono::milliseconds(1),
+                 deadline_atom::value, dl_barrier | static_cast<uint32_t>(gen_.number << 4));
+  }
+
+  // Slots whose join deadline passed are failures (their hosts are blacklisted); the
+  // message says which deadline and why it applies.
+  void on_barrier_deadline() {
+    barrier_check_.reset();
+    auto now = clock_type::now();
+    std::vector<std::string> fresh, carrying;
+    std::set<std::string> bad_hosts;
+    for (auto& key : gen_.missing()) {
+      auto* s = current(key);
+      if (!s)
+        continue;
+      auto d = deadline_for(gen_, process_of(*s), job_.start_timeout, ec_.elastic_timeout);
+      if (d.kind == deadline_kind::none || now < d.at)
+        continue;
+      auto name = fmt::format("rank {} ({})", gen_.rows.at(key).rank, key);
+      (d.kind == deadline_kind::fresh ? fresh : carrying).push_back(name);
+      bad_hosts.insert(s->endpoint);
+    }
+    if (bad_hosts.empty())
+      return schedule_barrier_check();
+    std::vector<std::string> what;
+    if (!fresh.empty())
+      what.push_back(fmt::format("{} did not join generation {} within {} s (--start-timeout; "
+                                 "does the program call rank_and_size, e.g. through an elastic "
+                                 "run loop?)",
+                                 fmt::join(fresh, ", "), gen_.number,
+                                 job_.start_timeout.count() / 1000.0));
+    if (!carrying.empty())
+      what.push_back(fmt::format("{} did not join generation {} within {} s (--elastic-timeout; "
+                                 "it holds the state of generation {} and was waited for while "
+                                 "it ran)",
+                                 fmt::join(carrying, ", "), gen_.number,
+                                 ec_.elastic_timeout.count() / 1000.0, released_gen_));
+    for (auto& w : what) {
+      note_failure(w);
+      say("{}", w);
+    }
+    for (auto& ep : bad_hosts)
+      blacklist(ep);
+    reconsider();
+  }
+
+  void check_release() {
+    if (gen_.released || done_)
+      return;
+    for (auto& [key, row] : gen_.rows)
+      if (!gen_.votes.count(key))
         return;
-    released_ = true;
-    for (auto& key : pending_votes_)
+    gen_.released = true;
+    for (auto& key : gen_.votes)
       if (auto* s = current(key))
-        s->joined = gen_;
-    pending_votes_.clear();
+        s->joined = gen_.number;
+    gen_.votes.clear();
     if (torch_store_)
       torch_store_->clear(); // before anyone learns its rank in the new plan
-    server_->release(plan_);
-    log("generation {} released: all {} ranks joined", gen_, plan_.size());
+    released_gen_ = gen_.number;
+    released_hosts_ = gen_.hosts();
+    server_->release(gen_.plan);
+    log("generation {} released: all {} ranks joined", gen_.number, gen_.plan.size());
   }
 
   // -- exits and failures -------------------------------------------------------------
@@ -861,7 +949,7 @@ private:
       return maybe_finish();
     }
     if (s->retired || !in_plan(s->key)) {
-      pending_votes_.erase(s->key);
+      gen_.votes.erase(s->key);
       return maybe_finish();
     }
     if (st.launcher_code() == 0) {
@@ -869,9 +957,9 @@ private:
         finishing_ = true;
         log("rank {} finished; the job ends when the others do", s->rank);
         // Ranks that wait for another generation are told that there is none.
-        for (auto& key : pending_votes_)
+        for (auto& key : gen_.votes)
           server_->answer_slot(key, slot_not_in_job);
-        pending_votes_.clear();
+        gen_.votes.clear();
       }
       return maybe_finish();
     }
@@ -923,7 +1011,7 @@ private:
         continue;
       if (server_)
         server_->answer_slot(s.key, slot_not_in_job);
-      pending_votes_.erase(s.key);
+      gen_.votes.erase(s.key);
       s.retired = true;
       if (s.worker)
         send(s.worker, terminate_atom::value, int32_t{SIGTERM});
@@ -958,7 +1046,7 @@ private:
         if (!s.retired && in_plan(s.key))
           had_ranks = true;
         s.retired = true;
-        pending_votes_.erase(s.key);
+        gen_.votes.erase(s.key);
       }
       auto what = fmt::format("node agent {} was lost: {}", h.label(), why);
       if (had_ranks && !finishing_) {
@@ -1052,24 +1140,11 @@ private:
                        "(--min-np); available: {}{}",
                        ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total),
                        first_failure_ ? "; first failure: " + *first_failure_ : std::string{}));
-    } else if (kind == dl_barrier && serial == (gen_ & 0x0fffffff) && !released_ && !done_
-               && !finishing_) {
-      std::vector<std::string> missing;
-      std::set<std::string> bad_hosts;
-      for (auto& [key, row] : plan_rows_)
-        if (!pending_votes_.count(key)) {
-          missing.push_back(fmt::format("rank {} ({})", row.rank, key));
-          if (auto* s = current(key))
-            bad_hosts.insert(s->endpoint);
-        }
-      auto what = fmt::format("{} did not join generation {} within {} s (does the program call "
-                              "rank_and_size, e.g. through an elastic run loop?)",
-                              fmt::join(missing, ", "), gen_, job_.start_timeout.count() / 1000.0);
-      note_failure(what);
-      say("{}", what);
-      for (auto& ep : bad_hosts)
-        blacklist(ep);
-      reconsider();
+    } else if (kind == dl_barrier && serial == (gen_.number & 0x0fffffff)) {
+      if (!gen_.released && !done_ && !finishing_)
+        on_barrier_deadline();
+      else
+        barrier_check_.reset();
     }
   }
 
@@ -1096,7 +1171,7 @@ private:
       code = 1;
     } else {
       // Success: every rank of the final generation exited 0.
-      for (auto& [key, row] : plan_rows_) {
+      for (auto& [key, row] : gen_.rows) {
         auto* s = current(key);
         if (!s || s->exit_code != 0) {
           code = 1;
@@ -1108,7 +1183,7 @@ private:
     }
     if (failure_ && !interrupted_ && !failure_said_)
       say("job failed: {}", *failure_);
-    log("job ends with exit code {} after {} generations", code, gen_);
+    log("job ends with exit code {} after {} generations", code, gen_.number);
     result_->exit_code = code;
     quit();
   }
@@ -1157,12 +1232,11 @@ private:
   bool discovering_ = false;
   int discovery_runs_ = 0;
 
-  uint64_t gen_ = 0;
-  std::vector<slot_info> plan_;
+  generation gen_;            // the newest generation (released or forming)
+  uint64_t released_gen_ = 0; // the last released one: its ranks hold the job's state
+  std::vector<std::string> released_hosts_;
+  std::optional<clock_type::time_point> barrier_check_; // the armed join-deadline check
   std::vector<host_slots> plan_hosts_;
-  std::map<std::string, slot_info> plan_rows_;
-  bool released_ = false;
-  std::set<std::string> pending_votes_;
   bool rejoin_wanted_ = false; // a rank that joined asks for the next generation
   bool rejoin_due_ = false;    // ... and no failure explained it in time
   std::string reset_reason_;

@@ -204,19 +204,22 @@ class ElasticTest(unittest.TestCase):
                       "signal 9", err)
 
     def test_hung_rank_misses_the_barrier_deadline(self):
-        """A stopped rank: its peers time out in Gloo and re-join; it never votes, so the
-        generation's barrier deadline blacklists its host and the job goes on."""
+        """A stopped rank: its peers time out in Gloo and re-join; it holds the job's state,
+        so it is waited for up to the elastic timeout (not --start-timeout), then its host
+        is blacklisted and the job goes on."""
         for n in ("ha", "hb", "hc"):
             self.c.node(n)
         self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
-        self.start("--min-np", "1", "--start-timeout", "2", "--kill-grace-seconds", "1",
-                   "--env", "HOROVOD_GLOO_TIMEOUT_SECONDS=2", steps=150)
+        self.start("--min-np", "1", "--start-timeout", "1", "--elastic-timeout", "3",
+                   "--kill-grace-seconds", "1", "--env", "HOROVOD_GLOO_TIMEOUT_SECONDS=2",
+                   steps=150)
         self.wait_for_step(10)
         pid = self.rank_pid(1)
         os.kill(pid, signal.SIGSTOP)
         rc, out, err = self.finish(timeout=90)
         self.assertEqual(rc, 0, err)
-        self.assertRegex(err, r"rank 1 \(hb:0\) did not join generation \d+ within 2 s")
+        self.assertRegex(err, r"rank 1 \(hb:0\) did not join generation \d+ within 3 s "
+                              r"\(--elastic-timeout; it holds the state of generation 1")
         self.assertIn("host hb is blacklisted", err)
         text, seen = self.check_run(out, 150)
         last = max(self.joins(text))
