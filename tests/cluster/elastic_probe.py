@@ -1,0 +1,48 @@
+"""A small elastic program for lifecycle tests (stdlib only): joins through
+rank_and_size, re-joins when the generation changes, exits 0 after --seconds. With
+--checkpoint-on-term, a slot that is told it left the job traps SIGTERM (as a program
+that checkpoints would) and keeps running, so only SIGKILL ends it."""
+
+import argparse
+import os
+import signal
+import time
+import urllib.request
+
+
+def get(path, timeout=120):
+    addr = os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"]
+    port = os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]
+    with urllib.request.urlopen(f"http://{addr}:{port}{path}", timeout=timeout) as r:
+        return r.read().decode()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--checkpoint-on-term", action="store_true")
+    a = ap.parse_args()
+    slot = f"{os.environ['HOROVOD_HOSTNAME']}:{os.environ['HOROVOD_LOCAL_RANK']}"
+    end = time.monotonic() + a.seconds
+    while True:
+        rank, size = (int(x) for x in get(f"/rank_and_size/{slot}").split(",")[:2])
+        if rank < 0:
+            print(f"slot {slot} left the job", flush=True)
+            if a.checkpoint_on_term:
+                signal.signal(signal.SIGTERM, lambda *_: print(f"slot {slot} checkpoints on "
+                                                               "SIGTERM", flush=True))
+                while True:
+                    time.sleep(0.1)
+            return
+        gen = int(get("/elastic/update").split()[1])
+        print(f"slot {slot} joined generation {gen} as rank {rank} of {size}", flush=True)
+        while time.monotonic() < end:
+            now = int(get(f"/elastic/update?after={gen}&wait_ms=200").split()[1])
+            if now > gen:
+                break
+        else:
+            return
+
+
+if __name__ == "__main__":
+    main()
