@@ -98,10 +98,11 @@ public:
     if (!failed_)
       enter_connect();
     return {
-        [this](output_atom, output_batch& b) -> caf::ok_atom {
+        [this](output_atom, output_batch& b) -> caf::result<caf::ok_atom> {
           print_output(b);
-          return caf::ok_atom::value;
+          return output_acks_.after_write(this);
         },
+        [this](output_atom, uint64_t id) { output_acks_.written(id); },
         [this](exited_atom, rank_exit& ex) { on_exit(ex); },
         [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
         [this](deadline_atom, uint32_t which) { on_deadline(which); },
@@ -748,7 +749,7 @@ private:
         send_exit(re.worker, caf::exit_reason::user_shutdown);
       for (int& fd : re.out_fd)
         if (fd >= 0) {
-          ::close(fd);
+          close_output(fd);
           fd = -1;
         }
     }
@@ -784,6 +785,7 @@ private:
   std::optional<std::string> failure_;
   int failure_code_ = 1;
   int store_problems_ = 0;
+  output_acks output_acks_;
   int interrupted_ = 0;
   bool failed_ = false;
 };

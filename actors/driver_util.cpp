@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "runtime/output_writer.hpp"
+
 namespace cafhvd {
 
 std::string make_job_id() {
@@ -15,18 +17,29 @@ std::string make_job_id() {
                      std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
 }
 
+namespace {
+// Never destroyed: output queued by any actor is written until the process ends, and
+// flush_output() waits for it.
+output_writer& process_output() {
+  static auto* w = new output_writer;
+  return *w;
+}
+} // namespace
+
 void write_all(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    auto n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  process_output().write(fd, s);
+}
+
+void after_output(std::function<void()> done) {
+  process_output().write(-1, {}, std::move(done));
+}
+
+void close_output(int fd) {
+  process_output().close_after(fd);
+}
+
+void flush_output() {
+  process_output().flush();
 }
 
 void write_lines(int fd, const std::vector<std::string>& lines, std::string_view prefix) {

@@ -1,6 +1,8 @@
 // Helpers shared by the static and the elastic driver.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,11 +16,46 @@ namespace cafhvd {
 /// Names a job in node agents' messages: driver host, pid and a time stamp.
 std::string make_job_id();
 
-/// Writes all of `s` to `fd`; output to a closed pipe is dropped, never fatal.
+/// Queues all of `s` for `fd` on the process's output thread (runtime/output_writer):
+/// a stalled reader never blocks an actor. Output to a closed pipe is dropped.
 void write_all(int fd, const std::string& s);
 
 /// Writes each line followed by '\n', each prefixed with `prefix`, in one write_all.
 void write_lines(int fd, const std::vector<std::string>& lines, std::string_view prefix = {});
+
+/// Runs `done` on the output thread once everything queued before is written.
+void after_output(std::function<void()> done);
+
+/// Closes `fd` once everything queued for it is written.
+void close_output(int fd);
+
+/// Blocks until everything queued is written (a driver process's last step).
+void flush_output();
+
+/// Answers output requests only once their lines are written, so ranks that print
+/// faster than the driver's stdout drains are slowed down, without blocking the actor.
+class output_acks {
+public:
+  template <class Self> caf::result<caf::ok_atom> after_write(Self* self) {
+    auto id = next_++;
+    auto rp = self->template make_response_promise<caf::ok_atom>();
+    pending_.emplace(id, rp);
+    auto hdl = caf::actor_cast<caf::actor>(self);
+    after_output([hdl, id] { caf::anon_send(hdl, output_atom::value, id); });
+    return rp;
+  }
+  void written(uint64_t id) {
+    auto it = pending_.find(id);
+    if (it == pending_.end())
+      return;
+    it->second.deliver(caf::ok_atom::value);
+    pending_.erase(it);
+  }
+
+private:
+  uint64_t next_ = 0;
+  std::map<uint64_t, caf::typed_response_promise<caf::ok_atom>> pending_;
+};
 
 /// The driver's tag of a rank's output line: "[RANK]<stdout>:" ("[?]" for rank < 0).
 std::string output_tag(int rank, int stream);

@@ -78,6 +78,7 @@ struct ehost {
   std::optional<clock_type::time_point> cooldown_end;
   clock_type::time_point retry_at{};
   std::string last_warning;
+  uint32_t capped_warned = 0; // the listed slot count last warned about
   std::string endpoint() const { return spec.endpoint(); }
   std::string label() const {
     return info.name.empty() ? spec.endpoint() : fmt::format("{} ({})", info.name, endpoint());
@@ -117,10 +118,11 @@ public:
     set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
     send(this, discover_atom::value);
     return {
-        [this](output_atom, output_batch& b) -> caf::ok_atom {
+        [this](output_atom, output_batch& b) -> caf::result<caf::ok_atom> {
           print_output(b);
-          return caf::ok_atom::value;
+          return output_acks_.after_write(this);
         },
+        [this](output_atom, uint64_t id) { output_acks_.written(id); },
         [this](exited_atom, rank_exit& ex) { on_exit(ex); },
         [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
         [this](deadline_atom, uint32_t which) { on_deadline(which); },
@@ -247,6 +249,8 @@ private:
       auto& h = it->second;
       h.spec.slots = spec.slots;
       h.listed = true;
+      if (h.st == ehost::status::ready)
+        warn_if_capped(h);
       if ((h.st == ehost::status::lost || h.st == ehost::status::unusable) && !h.blacklisted
           && clock_type::now() >= h.retry_at)
         connect_host(ep);
@@ -438,9 +442,19 @@ private:
             });
   }
 
+  // A listed slot count above what the agent offers (`caf-hvd node --slots`) is capped.
+  void warn_if_capped(ehost& h) {
+    if (h.info.slots == 0 || h.spec.slots <= h.info.slots || h.capped_warned == h.spec.slots)
+      return;
+    h.capped_warned = h.spec.slots;
+    say("warning: host {} is listed with {} slots but its agent offers {}; using {}", h.label(),
+        h.spec.slots, h.info.slots, h.info.slots);
+  }
+
   void host_ready(const std::string& ep) {
     auto& h = hosts_.at(ep);
     h.st = ehost::status::ready;
+    warn_if_capped(h);
     h.last_warning.clear();
     log("host {} ready: {} slots, interfaces {}, reached at {}", h.label(), h.slots(),
         fmt::join(h.nics, ","), h.reach_address);
@@ -1162,7 +1176,7 @@ private:
     for (auto& [key, fds] : output_fds_)
       for (int fd : fds)
         if (fd >= 0)
-          ::close(fd);
+          close_output(fd);
     output_fds_.clear();
     int code = 0;
     if (interrupted_) {
@@ -1221,6 +1235,7 @@ private:
   std::unique_ptr<rendezvous_server> server_;
   std::unique_ptr<torch_store_server> torch_store_;
   int store_problems_ = 0;
+  output_acks output_acks_;
 
   std::map<std::string, ehost> hosts_;      // by endpoint
   std::vector<std::string> listed_order_;   // endpoints in the latest discovery output's order

@@ -156,8 +156,9 @@ using driver_actor =
 
 /// The driver's full interface: node-side messages plus its own signals and deadlines.
 using driver_full_actor = driver_actor::extend<
-    caf::reacts_to<interrupt_atom, int32_t>,  // SIGINT/SIGTERM received by the driver
-    caf::reacts_to<deadline_atom, uint32_t>>; // a phase's deadline (phase number)
+    caf::reacts_to<interrupt_atom, int32_t>, // SIGINT/SIGTERM received by the driver
+    caf::reacts_to<deadline_atom, uint32_t>, // a phase's deadline (phase number)
+    caf::reacts_to<output_atom, uint64_t>>;  // output batch N was written (flow control)
 
 /// Registers ranks and computes local/cross values (Horovod's Coordinator); runs the
 /// job's rendezvous server, bound to the given address, and answers with its port.

@@ -21,6 +21,7 @@
 
 #include "actors/config.hpp"
 #include "actors/driver.hpp"
+#include "actors/driver_util.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/env.hpp"
@@ -316,7 +317,7 @@ struct job_options {
     if (with_hosts)
       desc.add_options()("host-discovery-script", po::value(&discovery_script),
                          "elastic job: executable printing the available hosts, one "
-                         "HOST[:PORT][:SLOTS] per line")(
+                         "HOST, HOST:SLOTS or HOST:PORT:SLOTS per line")(
           "min-np", po::value(&min_np), "elastic: fewest ranks to run with (default: -np)")(
           "max-np", po::value(&max_np), "elastic: most ranks to run with (default: all slots)")(
           "slots-per-host", po::value(&slots_per_host),
@@ -583,6 +584,7 @@ int run_job(int argc, char** argv, bool embedded) {
   }
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
+  flush_output(); // every line the ranks wrote, however slowly stdout drains
   exit_watchdog(result->exit_code);
   if (cfg.node->guardian)
     caf::anon_send(cfg.node->guardian, shutdown_atom::value);

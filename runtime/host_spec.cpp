@@ -79,8 +79,14 @@ host_spec parse_host_spec(std::string_view text, uint16_t default_port) {
   h.port = default_port;
   if (parts.size() == 2) {
     h.host = check_host(parts[0], item);
-    h.slots = static_cast<uint32_t>(
-        parse_bounded_int(parts[1], 1, 1 << 20, fmt::format("slots of host spec '{}'", item)));
+    auto v = parse_bounded_int(parts[1], 1, 65535, fmt::format("slots of host spec '{}'", item));
+    // HOST:N is Horovod's HOST:SLOTS; a number no host runs as many ranks of is a port
+    // written where the slots go.
+    if (v > max_short_spec_slots)
+      throw spec_error(fmt::format("'{}': {} is more slots than a host runs (HOST:SLOTS takes at "
+                                   "most {}); for a node agent on port {} write {}:{}:SLOTS",
+                                   item, v, max_short_spec_slots, v, h.host, v));
+    h.slots = static_cast<uint32_t>(v);
   } else if (parts.size() == 3) {
     h.host = check_host(parts[0], item);
     h.port = static_cast<uint16_t>(

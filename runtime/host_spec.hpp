@@ -30,7 +30,10 @@ struct spec_error : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-/// Parses `HOST:SLOTS` or `HOST:PORT:SLOTS`.
+/// The most slots `HOST:SLOTS` may give: a larger number is taken for a mistyped port.
+inline constexpr uint32_t max_short_spec_slots = 512;
+
+/// Parses `HOST:SLOTS` (at most max_short_spec_slots) or `HOST:PORT:SLOTS`.
 host_spec parse_host_spec(std::string_view text, uint16_t default_port = default_node_port);
 
 /// Parses a comma-separated list of specs; rejects empty items and duplicate endpoints.

@@ -119,6 +119,27 @@ class ClusterTest(unittest.TestCase):
 
     # -- output ------------------------------------------------------------------------
 
+    def test_stalled_stdout_does_not_freeze_the_job(self):
+        """Nobody reads the driver's stdout for 10 s while rank 0 floods it and rank 1
+        fails: the job is torn down meanwhile (rank 2 stopped), the driver waits for the
+        reader instead of dropping output, and every line it got arrives in order."""
+        marker = f"1000.{self.marker}"
+        prog = ["sh", "-c", "case $HOROVOD_RANK in 0) exec seq 1 5000000;; "
+                f"1) sleep 1; exit 3;; *) exec sleep {marker};; esac"]
+        p = self.c.start(["run", "-np", "3", "--kill-grace-seconds", "1", "--", *prog])
+        t0 = time.monotonic()
+        wait_until(lambda: pids_matching(f"sleep {marker}", prefix=True), 10, "rank 2 to start")
+        wait_until(lambda: not pids_matching(f"sleep {marker}", prefix=True), 8,
+                   "rank 2 to be stopped while the driver's stdout is not read")
+        time.sleep(max(0.0, 10 - (time.monotonic() - t0)))
+        self.assertIsNone(p.poll(), "the driver exited before its output was read")
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 3, err)
+        self.assertRegex(err, r"rank 1 on host \S+ ended with exit code 3")
+        nums = [int(x) for x in rank_lines(out).get(0, [])]
+        self.assertGreater(len(nums), 20000, "less than a few pipe buffers of output")
+        self.assertEqual(nums, list(range(1, len(nums) + 1)), "lines lost or reordered")
+
     def test_output_integrity_under_load(self):
         self.c.node("hostA")
         self.c.node("hostB")

@@ -65,3 +65,14 @@ TEST_CASE("discovery script output") {
   CHECK_THROWS_WITH_AS(parse_discovery_output(std::string(2000, 'a'), 1u),
                        doctest::Contains("longer than 1024"), spec_error);
 }
+
+TEST_CASE("HOST:N with a port-sized N is an error that shows the three-field form") {
+  CHECK(parse_host_spec("node1:512").slots == 512);
+  CHECK_THROWS_WITH_AS(parse_host_spec("node1:24781"),
+                       "'node1:24781': 24781 is more slots than a host runs (HOST:SLOTS takes at "
+                       "most 512); for a node agent on port 24781 write node1:24781:SLOTS",
+                       spec_error);
+  CHECK_THROWS_WITH_AS(parse_discovery_output("node1:24781\n", std::nullopt),
+                       doctest::Contains("discovery output line 1: 'node1:24781'"), spec_error);
+  CHECK(parse_discovery_output("node1:24781:2\n", std::nullopt)[0].port == 24781);
+}
