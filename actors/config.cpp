@@ -1,6 +1,10 @@
 // Registration of caf-hvd's message types and spawnable actors.
 #include "actors/config.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
 #include <caf/openssl/all.hpp>
 
 #include "actors/node_actors.hpp"
@@ -45,9 +49,38 @@ const node_settings& settings_of(caf::actor_system& sys) {
 }
 
 caf::actor spawn_guardian(caf::actor_system& sys) {
-  return sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+  struct state {
+    std::vector<caf::actor> colocators;
+    bool stopping = false;
+  };
+  return sys.spawn([](caf::stateful_actor<state>* self) -> caf::behavior {
     self->set_exit_handler([](caf::exit_msg&) {});
-    return {[=](shutdown_atom) { self->quit(caf::exit_reason::user_shutdown); }};
+    self->set_down_handler([=](caf::down_msg& dm) {
+      auto& c = self->state.colocators;
+      c.erase(std::remove_if(c.begin(), c.end(), [&](auto& a) { return a.address() == dm.source; }),
+              c.end());
+      if (self->state.stopping && c.empty())
+        self->quit(caf::exit_reason::user_shutdown);
+    });
+    auto stop = [=](const std::string& why) {
+      self->state.stopping = true;
+      if (self->state.colocators.empty())
+        return self->quit(caf::exit_reason::user_shutdown);
+      for (auto& c : self->state.colocators)
+        self->send(c, stop_atom::value, why);
+      // Colocators escalate to SIGKILL after their job's grace period; this bounds a
+      // colocator that does not answer at all.
+      self->delayed_send(self, std::chrono::seconds(30), kill_atom::value);
+    };
+    return {
+        [=](enlist_atom, caf::actor c) {
+          self->monitor(c);
+          self->state.colocators.push_back(std::move(c));
+        },
+        [=](shutdown_atom) { stop("the node agent shut down"); },
+        [=](shutdown_atom, const std::string& why) { stop(why); },
+        [=](kill_atom) { self->quit(caf::exit_reason::user_shutdown); },
+    };
   });
 }
 

@@ -40,8 +40,9 @@ public:
 /// The node settings of the system an actor runs in.
 const node_settings& settings_of(caf::actor_system& sys);
 
-/// Spawns the guardian of a node: it ignores exits of its linked actors and, on
-/// shutdown_atom, quits and takes them all down.
+/// Spawns the guardian of a node: colocators enlist with it; on shutdown_atom (with an
+/// optional reason) it asks each to stop its ranks as a driver would (SIGTERM, grace,
+/// SIGKILL, exits reported as stopped by the agent) and quits when they are gone.
 caf::actor spawn_guardian(caf::actor_system& sys);
 
 } // namespace cafhvd

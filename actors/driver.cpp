@@ -600,15 +600,15 @@ private:
     auto& re = ranks_[ex.rank];
     re.exited = true;
     exit_status st{ex.code, ex.signal, ex.exec_error};
+    auto how = describe_exit(st, ex.stopped_by);
     auto host = ex.host.empty() ? nodes_[re.node].label() : ex.host;
-    log("rank {} on {} ended: {}", ex.rank, host, st.describe());
+    log("rank {} on {} ended: {}", ex.rank, host, how);
     if (st.launcher_code() != 0 && !failure_ && !interrupted_ && phase_ != phase::teardown) {
-      failure_ = fmt::format("rank {} on host {} failed first: {}", ex.rank, host, st.describe());
+      failure_ = fmt::format("rank {} on host {} failed first: {}", ex.rank, host, how);
       failure_code_ = st.launcher_code();
-      write_all(
-          2, fmt::format("caf-hvd: rank {} on host {} {} {}{}\n", ex.rank, host,
-                         st.exec_error.empty() ? "ended with" : "could not start:", st.describe(),
-                         ranks_.size() > 1 ? "; stopping the other ranks" : ""));
+      write_all(2, fmt::format("caf-hvd: rank {} on host {} {} {}{}\n", ex.rank, host,
+                               st.exec_error.empty() ? "ended with" : "could not start:", how,
+                               ranks_.size() > 1 ? "; stopping the other ranks" : ""));
       begin_teardown();
     }
     maybe_finish();

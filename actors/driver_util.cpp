@@ -56,6 +56,12 @@ void write_lines(int fd, const std::vector<std::string>& lines, std::string_view
   write_all(fd, text);
 }
 
+std::string describe_exit(const exit_status& st, const std::string& stopped_by) {
+  if (stopped_by.empty())
+    return st.describe();
+  return fmt::format("{}, stopped by its node agent ({})", st.describe(), stopped_by);
+}
+
 std::string output_tag(int rank, int stream) {
   auto name = stream == 1 ? "stderr" : "stdout";
   return rank < 0 ? fmt::format("[?]<{}>:", name) : fmt::format("[{}]<{}>:", rank, name);

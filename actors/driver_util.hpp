@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include "actors/protocol.hpp"
+#include "runtime/process.hpp"
 
 namespace cafhvd {
 
@@ -56,6 +57,10 @@ private:
   uint64_t next_ = 0;
   std::map<uint64_t, caf::typed_response_promise<caf::ok_atom>> pending_;
 };
+
+/// How a rank ended, for messages: "exit code 3", "signal 15 (Terminated), stopped by
+/// its node agent (node agent 'h1' received Terminated)".
+std::string describe_exit(const exit_status& st, const std::string& stopped_by);
 
 /// The driver's tag of a rank's output line: "[RANK]<stdout>:" ("[?]" for rank < 0).
 std::string output_tag(int rank, int stream);

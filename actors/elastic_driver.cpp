@@ -956,8 +956,9 @@ private:
       return;
     s->running = false;
     exit_status st{ex.code, ex.signal, ex.exec_error};
+    auto how = describe_exit(st, ex.stopped_by);
     s->exit_code = st.launcher_code();
-    log("slot {} (rank {}) ended: {}", s->key, s->rank, st.describe());
+    log("slot {} (rank {}) ended: {}", s->key, s->rank, how);
     if (!is_current(*s)) {
       slots_.erase(ex.rank); // a replaced process: nothing refers to it any more
       return maybe_finish();
@@ -977,8 +978,8 @@ private:
       }
       return maybe_finish();
     }
-    slot_failed(*s, fmt::format("{} {}", st.exec_error.empty() ? "ended with" : "could not start:",
-                                st.describe()));
+    slot_failed(
+        *s, fmt::format("{} {}", st.exec_error.empty() ? "ended with" : "could not start:", how));
   }
 
   void slot_failed(eslot& s, const std::string& why) {

@@ -21,8 +21,10 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
                                             int32_t grace_ms) {
   self->state.driver = driver;
   auto& node = settings_of(self->system());
-  if (node.guardian)
+  if (node.guardian) {
     self->link_to(node.guardian);
+    caf::anon_send(node.guardian, enlist_atom::value, caf::actor_cast<caf::actor>(self));
+  }
   self->monitor(driver);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
@@ -44,7 +46,7 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
                            [&](auto& w) { return w.address() == dm.source; });
     if (it != st.workers.end())
       st.workers.erase(it);
-    if (st.driver_gone && st.workers.empty())
+    if ((st.driver_gone || st.stopping) && st.workers.empty())
       self->quit(caf::exit_reason::user_shutdown);
   });
   return {
@@ -122,10 +124,21 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           self->send(w, terminate_atom::value, int32_t{SIGTERM});
         self->delayed_send(self, std::chrono::milliseconds(grace), kill_atom::value);
       },
+      // The agent shuts down: its ranks stop as the driver would stop them, and their
+      // exits say who stopped them.
+      [=](stop_atom, const std::string& why) {
+        auto& st = self->state;
+        st.stopping = true;
+        if (st.workers.empty())
+          return self->quit(caf::exit_reason::user_shutdown);
+        for (auto& w : st.workers)
+          self->send(w, stop_atom::value, why);
+        self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
+      },
       [=](kill_atom) {
         for (auto& w : self->state.workers)
           self->send(w, terminate_atom::value, int32_t{SIGKILL});
-        if (self->state.driver_gone)
+        if (self->state.driver_gone && self->state.workers.empty())
           self->quit(caf::exit_reason::user_shutdown);
       },
   };
@@ -140,8 +153,9 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
   self->link_to(colocator);
   self->send(colocator, enlist_atom::value, caf::actor_cast<worker_actor>(self));
   auto report_exit = [=](const exit_status& st) {
-    rank_exit ex{self->state.rank, settings_of(self->system()).name, st.code, st.signal,
-                 st.exec_error};
+    rank_exit ex{self->state.rank, settings_of(self->system()).name,
+                 st.code,          st.signal,
+                 st.exec_error,    self->state.stopped_by};
     self->send(self->state.driver, exited_atom::value, ex);
     self->quit();
   };
@@ -164,7 +178,7 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
               },
               [hdl, r](const exit_status& es) {
                 caf::anon_send(hdl, exited_atom::value,
-                               rank_exit{r, {}, es.code, es.signal, es.exec_error});
+                               rank_exit{r, {}, es.code, es.signal, es.exec_error, {}});
               });
         } catch (const std::exception& e) {
           report_exit(exit_status{127, 0, e.what()});
@@ -175,6 +189,11 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
       [=](terminate_atom, int32_t sig) {
         if (self->state.child)
           self->state.child->signal_group(sig);
+      },
+      [=](stop_atom, const std::string& why) {
+        self->state.stopped_by = why;
+        if (self->state.child)
+          self->state.child->signal_group(SIGTERM);
       },
       [=](output_atom, output_batch& batch) {
         auto window = self->state.window;

@@ -19,6 +19,7 @@ struct colocator_state {
   driver_actor driver;
   std::vector<worker_actor> workers; // live workers of this node
   bool driver_gone = false;
+  bool stopping = false;                           // the agent shuts down
   std::unique_ptr<probe_responder> responder;      // answers other nodes' NIC probes
   std::unique_ptr<torch_store_server> torch_store; // MASTER_PORT's store (rank 0's node)
   std::map<uint64_t, caf::typed_response_promise<std::vector<probe_result>>> probes;
@@ -37,6 +38,7 @@ struct worker_state {
   std::unique_ptr<child_process> child; // destroyed before the window: kills the group
   driver_actor driver;
   uint32_t rank = 0;
+  std::string stopped_by; // why the agent stopped this rank, if it did
   ~worker_state() { window->close(); }
   static inline const char* name = "worker";
 };

@@ -41,6 +41,7 @@ using discover_atom = caf::atom_constant<caf::atom("discover")>;
 using vote_atom = caf::atom_constant<caf::atom("vote")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
 constexpr hostname_atom hostname_atom_v{};
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
@@ -63,6 +64,7 @@ constexpr discover_atom discover_atom_v{};
 constexpr vote_atom vote_atom_v{};
 constexpr rejoin_atom rejoin_atom_v{};
 constexpr retire_atom retire_atom_v{};
+constexpr stop_atom stop_atom_v{};
 
 // -- messages ------------------------------------------------------------------------
 
@@ -124,10 +126,12 @@ struct rank_exit {
   int32_t code = 0;       // exit code (when signal == 0)
   int32_t signal = 0;     // terminating signal, 0 if the process exited
   std::string exec_error; // set when the command could not be executed (code 127)
+  std::string stopped_by; // set when its node agent stopped it (the agent shut down)
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, rank_exit& x) {
-  return f(caf::meta::type_name("rank_exit"), x.rank, x.host, x.code, x.signal, x.exec_error);
+  return f(caf::meta::type_name("rank_exit"), x.rank, x.host, x.code, x.signal, x.exec_error,
+           x.stopped_by);
 }
 
 /// The coordinator's answer for one rank.
@@ -172,7 +176,9 @@ using worker_actor =
     caf::typed_actor<caf::replies_to<hostname_atom>::with<std::string>,
                      caf::replies_to<launch_atom, launch_spec>::with<int32_t>, // pid of the rank's
                                                                                // process
-                     caf::reacts_to<terminate_atom, int32_t>,   // send a signal to the rank
+                     caf::reacts_to<terminate_atom, int32_t>, // send a signal to the rank
+                     // the agent shuts down: SIGTERM, and say so in the exit report
+                     caf::reacts_to<stop_atom, std::string>,
                      caf::reacts_to<output_atom, output_batch>, // from its reader thread
                      caf::reacts_to<exited_atom, rank_exit>>;   // from its reader thread
 
@@ -187,6 +193,7 @@ using colocator_actor = caf::typed_actor<
     caf::reacts_to<probed_atom, uint64_t, std::vector<probe_result>>, // from a probe thread
     caf::reacts_to<enlist_atom, worker_actor>, // a worker of this node starts
     caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
+    caf::reacts_to<stop_atom, std::string>,    // the agent shuts down (why): as terminate
     caf::reacts_to<kill_atom>>;                // the grace period is over
 
 /// Names under which node agents offer actors for remote spawn.

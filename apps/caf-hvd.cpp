@@ -268,7 +268,22 @@ int run_node(int argc, char** argv) {
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {
     }
-    std::cerr << fmt::format("caf-hvd node '{}': {} received, stopping\n", name, strsignal(sig));
+    std::cerr << fmt::format("caf-hvd node '{}': {} received, stopping its jobs' ranks\n", name,
+                             strsignal(sig));
+    // Ranks stop as a driver stops them (SIGTERM, the job's grace, SIGKILL) and their
+    // exits reach the drivers, saying that this agent stopped them.
+    caf::scoped_actor self{sys};
+    self->monitor(cfg.node->guardian);
+    self->send(cfg.node->guardian, shutdown_atom::value,
+               fmt::format("node agent '{}' received {}", name, strsignal(sig)));
+    self->receive([](caf::down_msg&) {},
+                  caf::after(std::chrono::seconds(40)) >>
+                      [&] {
+                        std::cerr << fmt::format(
+                            "caf-hvd node '{}': ranks did not stop within 40 s; "
+                            "exiting\n",
+                            name);
+                      });
   }
   caf::anon_send(cfg.node->guardian, shutdown_atom::value);
   exit_watchdog(rc);

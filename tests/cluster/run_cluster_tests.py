@@ -239,6 +239,32 @@ class ClusterTest(unittest.TestCase):
         self.assertIn("lost", err)
         self.assert_no_ranks_left()  # the victim's ranks too, not only hostA's
 
+    def test_node_agent_sigterm_stops_its_ranks_with_grace(self):
+        """A node agent stopped with SIGTERM (a service restart) stops its ranks as the
+        driver would: SIGTERM (rank 0 checkpoints and exits 7), the job's grace period,
+        SIGKILL (rank 1 ignores SIGTERM); the driver reports them as stopped by the agent."""
+        agent = self.c.node("ha")
+        prog = ["sh", "-c", f': {self.marker}; if [ "$HOROVOD_RANK" = 0 ]; then '
+                'trap "echo rank 0 checkpoints on SIGTERM; exit 7" TERM; '
+                'else trap "" TERM; fi; echo ready; while :; do sleep 0.1; done']
+        p = self.c.start(["driver", "-np", "2", "-H", self.c.spec("ha", 2), "--verbose",
+                          "--kill-grace-seconds", "1", "--", *prog])
+        ready = [p.stdout.readline(), p.stdout.readline()]
+        self.assertTrue(all("ready" in l for l in ready), ready)
+        t0 = time.monotonic()
+        self.c.nodes["ha"][0].send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 7, err)
+        self.assertIn("[0]<stdout>:rank 0 checkpoints on SIGTERM", out)
+        self.assertIn("rank 0 on host ha ended with exit code 7, stopped by its node agent "
+                      "(node agent 'ha' received Terminated)", err)
+        self.assertRegex(err, r"rank 1 on \S+ ended: signal 9 \(Killed\), stopped by its node "
+                              r"agent \(node agent 'ha' received Terminated\)")
+        self.assertEqual(self.c.nodes["ha"][0].wait(timeout=10), 0)
+        self.assertLess(time.monotonic() - t0, 10)
+        wait_until(lambda: not pids_matching(f": {self.marker};"), 5, "no rank left")
+        del agent
+
     def test_hung_node_agent_fails_the_job_within_seconds(self):
         p = self.running_job({"hostA": 1, "frozen": 1}, "--start-timeout", "60")
         frozen = self.c.nodes["frozen"][0]
