@@ -437,14 +437,30 @@ private:
       return next_phase();
     }
     if (nodes_.size() == 1) {
-      // One host: nothing to reach; use the interface the driver reached it through.
+      // One host: nothing to reach. The interfaces named by --network-interface that it
+      // has (an error if none), else the one the driver reached it through.
       auto& n = nodes_.front();
       n.reach_address = n.address;
+      auto& nics = nics_[n.info.name];
+      if (!job_.network_interfaces.empty()) {
+        try {
+          for (auto& a :
+               candidate_interfaces({n.info.name, n.info.interfaces}, job_.network_interfaces))
+            if (std::find(nics.begin(), nics.end(), a.name) == nics.end()) {
+              if (nics.empty())
+                n.reach_address = a.address;
+              nics.push_back(a.name);
+            }
+        } catch (const std::exception& e) {
+          return fail_start(fmt::format("NIC discovery: {}", e.what()));
+        }
+        return next_phase();
+      }
       for (auto& a : n.info.interfaces)
         if (a.address == n.address)
-          nics_[n.info.name] = {a.name};
-      if (nics_[n.info.name].empty())
-        nics_[n.info.name] = {loopback_name(n.info)};
+          nics = {a.name};
+      if (nics.empty())
+        nics = {loopback_name(n.info)};
       return next_phase();
     }
     probe_all();

@@ -72,7 +72,6 @@ struct ehost {
   node_info info;
   std::string reach_address;
   std::vector<std::string> nics;
-  int free_port = 0;
   bool blacklisted = false;
   int failures = 0;
   std::optional<clock_type::time_point> cooldown_end;
@@ -359,9 +358,6 @@ private:
                                       "each agent a distinct --name",
                                       other, ep, info.name));
               h.info = std::move(info);
-              request(h.colocator, job_.start_timeout, port_atom::value)
-                  .then([this, ep](int32_t port) { hosts_.at(ep).free_port = port; },
-                        [](caf::error&) {});
               choose_nic(ep);
             },
             [this, ep](caf::error& e) {
@@ -453,6 +449,18 @@ private:
 
   void host_ready(const std::string& ep) {
     auto& h = hosts_.at(ep);
+    // The job's servers listen towards its first host: on loopback, remote hosts cannot
+    // reach them; on the network, a host reached over loopback cannot be reached by the
+    // others.
+    if (server_ && is_loopback_address(h.address) != is_loopback_address(server_->address()))
+      return host_unusable(
+          ep, is_loopback_address(h.address)
+                  ? std::string{"it was reached at a loopback address, which the job's other "
+                                "hosts cannot reach; list it by an address of the shared network"}
+                  : fmt::format("the job's hosts are on this machine (its servers listen on "
+                                "{}), which a remote host cannot reach; list every host by an "
+                                "address of the shared network",
+                                server_->address()));
     h.st = ehost::status::ready;
     warn_if_capped(h);
     h.last_warning.clear();
@@ -703,6 +711,8 @@ private:
     }
     barrier_check_.reset();
     schedule_barrier_check();
+    if (!torch_store_)
+      find_master_port();
     check_release();
   }
 
@@ -748,6 +758,35 @@ private:
             });
   }
 
+  // --torch-store off: MASTER_PORT is a port free on rank 0's host now, found anew for
+  // every generation (rank 0 and its host may have changed); new processes wait for it.
+  void find_master_port() {
+    master_port_ = 0;
+    auto g = gen_.number;
+    auto host = gen_.plan.front().hostname;
+    auto* m = host_by_name(host);
+    if (!m)
+      return fail(fmt::format("internal error: rank 0's host {} is not ready", host));
+    request(m->colocator, job_.start_timeout, port_atom::value)
+        .then(
+            [this, g, host](int32_t port) {
+              if (g != gen_.number || done_)
+                return;
+              if (port <= 0)
+                return fail(
+                    fmt::format("rank 0's host {} found no free port for MASTER_PORT", host));
+              master_port_ = port;
+              for (auto id : std::exchange(awaiting_port_, {}))
+                if (auto* s = slot_by_id(id); s && s->running && !s->retired && s->worker)
+                  launch_slot(*s);
+            },
+            [this, g, host](caf::error& e) {
+              if (g == gen_.number)
+                fail(fmt::format("MASTER_PORT: rank 0's host {} did not answer: {}", host,
+                                 describe(e)));
+            });
+  }
+
   // Starts the slot's process with its row of the current plan (which may be newer than
   // the one the worker was spawned for).
   void launch_slot(eslot& s) {
@@ -765,6 +804,10 @@ private:
     if (!master_host)
       return slot_failed(s, "rank 0's host is gone");
     auto& master = *master_host;
+    if (!torch_store_ && master_port_ <= 0) {
+      awaiting_port_.push_back(s.id); // launched when this generation's port is known
+      return;
+    }
     rank_env_input in;
     in.rank = row.rank;
     in.size = row.size;
@@ -784,7 +827,7 @@ private:
       in.restart_count = static_cast<int>(gen_.number - 1);
     } else {
       in.master_addr = master.reach_address;
-      in.master_port = master.free_port;
+      in.master_port = master_port_;
     }
     in.nccl_ifaces = h.nics;
     in.iface = h.nics.empty() ? std::string{} : h.nics.front();
@@ -1237,6 +1280,8 @@ private:
   std::unique_ptr<torch_store_server> torch_store_;
   int store_problems_ = 0;
   output_acks output_acks_;
+  int master_port_ = 0;                 // --torch-store off: this generation's MASTER_PORT
+  std::vector<uint32_t> awaiting_port_; // slots whose launch waits for it
 
   std::map<std::string, ehost> hosts_;      // by endpoint
   std::vector<std::string> listed_order_;   // endpoints in the latest discovery output's order

@@ -35,7 +35,9 @@ def main():
                     time.sleep(0.1)
             return
         gen = int(get("/elastic/update").split()[1])
-        print(f"slot {slot} joined generation {gen} as rank {rank} of {size}", flush=True)
+        print(f"slot {slot} joined generation {gen} as rank {rank} of {size} (MASTER_PORT "
+              f"{os.environ.get('MASTER_PORT')}, agent store "
+              f"{os.environ.get('TORCHELASTIC_USE_AGENT_STORE', 'unset')})", flush=True)
         while time.monotonic() < end:
             now = int(get(f"/elastic/update?after={gen}&wait_ms=200").split()[1])
             if now > gen:

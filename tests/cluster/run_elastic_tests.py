@@ -361,6 +361,22 @@ class ElasticTest(unittest.TestCase):
         self.assertIn("slot ha:1 checkpoints on SIGTERM", text)
         self.assertIn("slot ha:0 joined generation 2 as rank 0 of 1", text)
 
+    def test_torch_store_off_finds_master_port_per_generation(self):
+        """--torch-store off: every generation's new processes get a MASTER_PORT found free
+        on rank 0's host for that generation (never 0)."""
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1))
+        self.start("--min-np", "1", "--torch-store", "off", program=[*PROBE, "--seconds", "3"])
+        first = self.driver.stdout.readline()
+        self.set_hosts(("ha", 1), ("hb", 1))
+        rc, out, err = self.finish(timeout=30)
+        self.assertEqual(rc, 0, err)
+        ports = re.findall(r"slot (\S+) joined generation (\d) .*MASTER_PORT (\d+), agent store "
+                           r"unset", first + out)
+        self.assertIn(("hb:0", "2"), [(s, g) for s, g, _ in ports], first + out)
+        self.assertTrue(all(int(p) > 0 for _, _, p in ports), ports)
+
     # -- host changes --------------------------------------------------------------------
 
     def test_hosts_added_then_removed(self):

@@ -165,6 +165,19 @@ class MultiHostTest(unittest.TestCase):
         envs = rank_envs(out)
         self.assertEqual(envs[1]["HOROVOD_GLOO_IFACE"], h.hosts[1]["good"])
 
+    def test_single_remote_host_honours_network_interface(self):
+        """One remote host: nothing to probe, but --network-interface still decides the
+        interface (and a name the host lacks is an error)."""
+        h = self.hosts(2)
+        remote = h.hosts[1]
+        job = ["-np", "1", "-H", f"{remote['good_addr']}:24780:1", "--", "env"]
+        rc, out, err = h.run(0, [CAF_HVD, "driver", "--network-interface", remote["decoy"], *job])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rank_envs(out)[0]["HOROVOD_GLOO_IFACE"], remote["decoy"])
+        rc, _, err = h.run(0, [CAF_HVD, "driver", "--network-interface", "nosuch0", *job])
+        self.assertEqual(rc, 1, err)
+        self.assertIn(f"host {remote['name']} has no interface named nosuch0", err)
+
     def test_torch_program_on_two_hosts_by_two_ranks(self):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         setup = subprocess.run([os.path.join(root, "scripts", "setup-torch.sh")],
