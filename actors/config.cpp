@@ -20,7 +20,6 @@ hvd_config::hvd_config() {
   add_message_type<launch_spec>("cafhvd::launch_spec");
   add_message_type<output_batch>("cafhvd::output_batch");
   add_message_type<rank_exit>("cafhvd::rank_exit");
-  add_message_type<rank_info>("cafhvd::rank_info");
   add_message_type<driver_actor>("cafhvd::driver_actor");
   add_actor_type(colocator_type_name, colocator_fn);
   add_actor_type(worker_type_name, worker_fn);

@@ -58,12 +58,9 @@ struct job_result {
   int exit_code = 1;
 };
 
-/// Spawns the driver for `job`; the result is set when the driver actor terminates.
+/// Spawns the job actor (actors/job.cpp) for `job`, static or elastic; the result is set
+/// when it terminates.
 driver_full_actor spawn_driver(caf::actor_system& sys, job_config job,
                                std::shared_ptr<job_result> result);
-
-/// The elastic driver (job.elastic set); spawn_driver picks it.
-driver_full_actor spawn_elastic_driver(caf::actor_system& sys, job_config job,
-                                       std::shared_ptr<job_result> result);
 
 } // namespace cafhvd

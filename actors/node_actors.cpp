@@ -98,23 +98,6 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         self->state.probes.erase(it);
       },
       [=](port_atom) -> int32_t { return find_free_port(); },
-      [=](tstore_atom, const std::string& bind) -> caf::result<int32_t> {
-        try {
-          auto& st = self->state;
-          if (!st.torch_store) {
-            // Protocol violations go to the driver, which tells the user what to do.
-            auto driver = st.driver;
-            auto where = fmt::format("on node '{}'", settings_of(self->system()).name);
-            st.torch_store = std::make_unique<torch_store_server>(
-                bind, uint16_t{0}, [driver, where](const std::string& problem) {
-                  caf::anon_send(driver, tstore_atom::value, where + ": " + problem);
-                });
-          }
-          return static_cast<int32_t>(st.torch_store->port());
-        } catch (const std::exception& e) {
-          return caf::make_error(caf::sec::runtime_error, e.what());
-        }
-      },
       [=](enlist_atom, worker_actor w) {
         self->monitor(w);
         self->state.workers.push_back(std::move(w));
@@ -160,7 +143,6 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
     self->quit();
   };
   return {
-      [=](hostname_atom) -> std::string { return settings_of(self->system()).name; },
       [=](launch_atom, launch_spec& spec) -> int32_t {
         auto& st = self->state;
         process_spec ps{settings_of(self->system()).shim, std::move(spec.argv), std::move(spec.env),

@@ -10,7 +10,6 @@
 #include "actors/protocol.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
-#include "runtime/torch_store.hpp"
 
 namespace cafhvd {
 
@@ -19,9 +18,8 @@ struct colocator_state {
   driver_actor driver;
   std::vector<worker_actor> workers; // live workers of this node
   bool driver_gone = false;
-  bool stopping = false;                           // the agent shuts down
-  std::unique_ptr<probe_responder> responder;      // answers other nodes' NIC probes
-  std::unique_ptr<torch_store_server> torch_store; // MASTER_PORT's store (rank 0's node)
+  bool stopping = false;                      // the agent shuts down
+  std::unique_ptr<probe_responder> responder; // answers other nodes' NIC probes
   std::map<uint64_t, caf::typed_response_promise<std::vector<probe_result>>> probes;
   uint64_t next_probe = 1;
   static inline const char* name = "colocator";

@@ -1,9 +1,10 @@
 // The whole caf-hvd protocol on one page: atoms, message types and the typed
-// interfaces of the driver, coordinator, colocator and worker actors.
+// interfaces of the job actor (the driver), the colocator and the worker.
 //
-//   driver ──spawn──▶ colocator (one per node per job)      node agent process
-//   driver ──spawn──▶ worker (one per rank) ──▶ child process (caf-hvd-exec ▶ command)
-//   driver ◀─output/exited── worker            driver ──register/finalize──▶ coordinator
+//   job ──spawn──▶ colocator (one per node per job)        node agent process
+//   job ──spawn──▶ worker (one per slot) ──▶ child process (caf-hvd-exec ▶ command)
+//   job ◀─output/exited── worker     job ◀─tstore── the torch store (protocol problems)
+//   guardian ──stop──▶ colocator ──stop──▶ worker          (the agent shuts down)
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,6 @@ namespace cafhvd {
 
 // -- atoms (at most 10 characters) ---------------------------------------------------
 
-using hostname_atom = caf::atom_constant<caf::atom("hostname")>;
 using node_atom = caf::atom_constant<caf::atom("nodeinfo")>;
 using port_atom = caf::atom_constant<caf::atom("freeport")>;
 using launch_atom = caf::atom_constant<caf::atom("launch")>;
@@ -28,12 +28,9 @@ using exited_atom = caf::atom_constant<caf::atom("exited")>;
 using enlist_atom = caf::atom_constant<caf::atom("enlist")>;
 using terminate_atom = caf::atom_constant<caf::atom("terminate")>;
 using kill_atom = caf::atom_constant<caf::atom("kill")>;
-using register_atom = caf::atom_constant<caf::atom("register")>;
-using finalize_atom = caf::atom_constant<caf::atom("finalize")>;
 using interrupt_atom = caf::atom_constant<caf::atom("interrupt")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
-using rendezvous_atom = caf::atom_constant<caf::atom("rendezvous")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
 using tstore_atom = caf::atom_constant<caf::atom("tstore")>;
 using probed_atom = caf::atom_constant<caf::atom("probed")>;
@@ -42,7 +39,6 @@ using vote_atom = caf::atom_constant<caf::atom("vote")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
-constexpr hostname_atom hostname_atom_v{};
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -51,12 +47,9 @@ constexpr exited_atom exited_atom_v{};
 constexpr enlist_atom enlist_atom_v{};
 constexpr terminate_atom terminate_atom_v{};
 constexpr kill_atom kill_atom_v{};
-constexpr register_atom register_atom_v{};
-constexpr finalize_atom finalize_atom_v{};
 constexpr interrupt_atom interrupt_atom_v{};
 constexpr deadline_atom deadline_atom_v{};
 constexpr shutdown_atom shutdown_atom_v{};
-constexpr rendezvous_atom rendezvous_atom_v{};
 constexpr probe_atom probe_atom_v{};
 constexpr tstore_atom tstore_atom_v{};
 constexpr probed_atom probed_atom_v{};
@@ -134,20 +127,6 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
            x.stopped_by);
 }
 
-/// The coordinator's answer for one rank.
-struct rank_info {
-  int32_t rank = 0;
-  int32_t local_rank = 0;
-  int32_t local_size = 0;
-  int32_t cross_rank = 0;
-  int32_t cross_size = 0;
-};
-
-template <class Inspector> typename Inspector::result_type inspect(Inspector& f, rank_info& x) {
-  return f(caf::meta::type_name("rank_info"), x.rank, x.local_rank, x.local_size, x.cross_rank,
-           x.cross_size);
-}
-
 // -- interfaces ----------------------------------------------------------------------
 
 /// The part of the driver that node-side actors talk to. Output is a request so that
@@ -164,17 +143,9 @@ using driver_full_actor = driver_actor::extend<
     caf::reacts_to<deadline_atom, uint32_t>, // a phase's deadline (phase number)
     caf::reacts_to<output_atom, uint64_t>>;  // output batch N was written (flow control)
 
-/// Registers ranks and computes local/cross values (Horovod's Coordinator); runs the
-/// job's rendezvous server, bound to the given address, and answers with its port.
-using coordinator_actor = caf::typed_actor<
-    caf::replies_to<register_atom, std::string, std::string, uint32_t>::with<caf::ok_atom>,
-    caf::replies_to<finalize_atom>::with<std::vector<rank_info>>,
-    caf::replies_to<rendezvous_atom, std::string>::with<uint16_t>>;
-
-/// One rank: reports its host, runs the command, streams output, reports the exit.
+/// One slot's process: runs the command, streams output, reports the exit.
 using worker_actor =
-    caf::typed_actor<caf::replies_to<hostname_atom>::with<std::string>,
-                     caf::replies_to<launch_atom, launch_spec>::with<int32_t>, // pid of the rank's
+    caf::typed_actor<caf::replies_to<launch_atom, launch_spec>::with<int32_t>, // pid of the rank's
                                                                                // process
                      caf::reacts_to<terminate_atom, int32_t>, // send a signal to the rank
                      // the agent shuts down: SIGTERM, and say so in the exit report
@@ -185,8 +156,6 @@ using worker_actor =
 /// One node's side of a job: its workers, free ports, interfaces, NIC probes, cleanup.
 using colocator_actor = caf::typed_actor<
     caf::replies_to<node_atom>::with<node_info>, caf::replies_to<port_atom>::with<int32_t>,
-    // start the job's torch TCPStore server on this address; answers its port
-    caf::replies_to<tstore_atom, std::string>::with<int32_t>,
     // probe the targets from these local interfaces (all non-loopback ones if empty)
     caf::replies_to<probe_atom, std::vector<probe_target>,
                     std::vector<std::string>>::with<std::vector<probe_result>>,

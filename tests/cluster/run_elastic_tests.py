@@ -158,7 +158,11 @@ class ElasticTest(unittest.TestCase):
         self.assertIn("joined generation 1: slot hb:0 is rank 2 of 4", slot_out)
         self.assertIn("joined generation 2: slot hb:0 is rank 0 of 2", slot_out)
         self.assertIn("elastic run done: 80 steps", slot_out)
-        self.assertEqual(sorted(os.listdir(outdir)), ["ha:0", "ha:1", "hb:0", "hb:1"])
+        self.assertEqual(sorted(os.listdir(outdir)),
+                         ["ha:0", "ha:1", "hb:0", "hb:1", "rank.0", "rank.1"])
+        # rank.N names the slot with rank N in the final generation (gen 1's rank.2/3 gone)
+        self.assertEqual([os.readlink(os.path.join(outdir, f"rank.{r}")) for r in (0, 1)],
+                         ["hb:0", "hb:1"])
 
     def test_node_agent_killed(self):
         self.c.node("ha")

@@ -4,7 +4,7 @@
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include "actors/config.hpp"
-#include "actors/coordinator.hpp"
+#include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
 
 using namespace cafhvd;
@@ -24,43 +24,102 @@ struct fixture {
 
 } // namespace
 
-TEST_CASE_FIXTURE(fixture, "coordinator registers ranks in order and computes 3+1") {
-  auto coord = sys.spawn(coordinator_fn);
-  std::vector<rank_info> infos;
-  std::string error;
-  sys.spawn([&](caf::event_based_actor* self) {
-    int r = 0;
-    for (auto node : {"A", "A", "A", "B"})
-      self->request(coord, caf::infinite, register_atom::value, std::string{node},
-                    std::string{node}, static_cast<uint32_t>(r++))
-          .then([](caf::ok_atom) {}, [&](caf::error& e) { error = sys.render(e); });
-    self->request(coord, caf::infinite, finalize_atom::value)
-        .then([&](std::vector<rank_info>& xs) { infos = xs; },
-              [&](caf::error& e) { error = sys.render(e); });
-  });
+// What a fake worker was told.
+struct worker_log {
+  std::vector<int32_t> signals;
+  std::vector<std::string> stops;
+};
+
+worker_actor::behavior_type fake_worker(worker_actor::pointer self,
+                                        std::shared_ptr<worker_log> log) {
+  return {
+      [](launch_atom, launch_spec&) -> int32_t { return 0; },
+      [=](terminate_atom, int32_t sig) {
+        log->signals.push_back(sig);
+        if (sig == 9)
+          self->quit(); // as a worker whose process was killed
+      },
+      [=](stop_atom, std::string& why) {
+        log->stops.push_back(why);
+        log->signals.push_back(15);
+      },
+      [](output_atom, output_batch&) {},
+      [](exited_atom, rank_exit&) {},
+  };
+}
+
+driver_actor::behavior_type fake_driver() {
+  return {
+      [](output_atom, output_batch&) { return caf::ok_atom::value; },
+      [](exited_atom, rank_exit&) {},
+      [](tstore_atom, std::string&) {},
+  };
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "an agent's stop escalates: SIGTERM with the reason, SIGKILL after grace") {
+  auto driver = sys.spawn(fake_driver);
+  auto colocator = sys.spawn(colocator_fn, driver, std::string{"job"}, int32_t{5000});
+  auto log = std::make_shared<worker_log>();
+  auto worker = sys.spawn(fake_worker, log);
+  caf::anon_send(colocator, enlist_atom::value, worker);
   sched.run();
-  CHECK(error.empty());
-  REQUIRE(infos.size() == 4);
-  CHECK(infos[0].cross_size == 2);
-  CHECK(infos[1].cross_size == 1);
-  CHECK(infos[3].local_rank == 0);
-  CHECK(infos[3].cross_rank == 1);
-  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  caf::anon_send(colocator, stop_atom::value, std::string{"node agent 'a' received Terminated"});
+  sched.run();
+  CHECK(log->stops == std::vector<std::string>{"node agent 'a' received Terminated"});
+  CHECK(log->signals == std::vector<int32_t>{15}); // no SIGKILL before the grace period
+  sched.trigger_timeouts();                        // the grace period passes (virtual time)
+  sched.run();
+  CHECK(log->signals == std::vector<int32_t>{15, 9});
+  // The worker is gone, so the stopping colocator ends too.
+  bool colocator_down = false;
+  caf::scoped_actor self{sys};
+  self->monitor(colocator);
+  sched.run();
+  self->receive([&](caf::down_msg&) { colocator_down = true; },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(colocator_down);
+  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
   sched.run();
 }
 
-TEST_CASE_FIXTURE(fixture, "coordinator refuses a rank registered twice") {
-  auto coord = sys.spawn(coordinator_fn);
-  std::string error;
-  sys.spawn([&](caf::event_based_actor* self) {
-    for (auto node : {"A", "B"})
-      self->request(coord, caf::infinite, register_atom::value, std::string{node},
-                    std::string{node}, uint32_t{0})
-          .then([](caf::ok_atom) {}, [&](caf::error& e) { error = sys.render(e); });
-  });
+TEST_CASE_FIXTURE(fixture, "a driver's teardown escalates too, and a lost driver stops the ranks") {
+  auto driver = sys.spawn(fake_driver);
+  auto colocator = sys.spawn(colocator_fn, driver, std::string{"job"}, int32_t{2000});
+  auto log = std::make_shared<worker_log>();
+  caf::anon_send(colocator, enlist_atom::value, sys.spawn(fake_worker, log));
   sched.run();
-  CHECK(error.find("rank 0 registered twice") != std::string::npos);
-  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(driver, caf::exit_reason::remote_link_unreachable);
+  sched.run();
+  CHECK(log->signals == std::vector<int32_t>{15});
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(log->signals == std::vector<int32_t>{15, 9});
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "the guardian stops every enlisted colocator and quits when they are gone") {
+  auto guardian = spawn_guardian(sys);
+  auto driver = sys.spawn(fake_driver);
+  auto log = std::make_shared<worker_log>();
+  auto colocator = sys.spawn(colocator_fn, driver, std::string{"job"}, int32_t{1000});
+  caf::anon_send(guardian, enlist_atom::value, caf::actor_cast<caf::actor>(colocator));
+  caf::anon_send(colocator, enlist_atom::value, sys.spawn(fake_worker, log));
+  sched.run();
+  caf::scoped_actor self{sys};
+  self->monitor(guardian);
+  caf::anon_send(guardian, shutdown_atom::value, std::string{"node agent 'g' received Terminated"});
+  sched.run();
+  CHECK(log->stops == std::vector<std::string>{"node agent 'g' received Terminated"});
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK_FALSE(down); // its colocator still waits for its rank
+  sched.trigger_timeouts();
+  sched.run();
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(down);
+  CHECK(log->signals == std::vector<int32_t>{15, 9});
+  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
   sched.run();
 }
 

@@ -30,7 +30,8 @@ TEST_CASE("a generation is a printable value: plan, votes, release") {
   CHECK(g.complete());
 }
 
-TEST_CASE("join deadlines: fresh processes get --start-timeout, state holders the elastic timeout") {
+TEST_CASE(
+    "join deadlines: fresh processes get --start-timeout, state holders the elastic timeout") {
   auto start = 30s, elastic = 600s;
   SUBCASE("generation 1: unbounded until someone waits in the barrier") {
     generation g{1, plan_of({{"a", 2}}), t0};
@@ -59,8 +60,8 @@ TEST_CASE("join deadlines: fresh processes get --start-timeout, state holders th
 
 TEST_CASE("the state survives only on a running rank of the last released generation") {
   std::vector<slot_process> procs = {
-      {"a:0", "a", t0, 1, true},  // joined generation 1, still running
-      {"b:0", "b", t0, 0, true},  // started for generation 2, waits in its barrier
+      {"a:0", "a", t0, 1, true}, // joined generation 1, still running
+      {"b:0", "b", t0, 0, true}, // started for generation 2, waits in its barrier
   };
   CHECK(state_carriers(1, procs, {"a", "b"}) == std::vector<std::string>{"a:0"});
   // A's rank is killed before it re-joined: B never held any state.

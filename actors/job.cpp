@@ -1,16 +1,21 @@
-// Elastic driver actor: Horovod's ElasticDriver semantics as one actor.
+// The job actor: one lifecycle for static and elastic jobs.
 //
-//   discovery   the host discovery script runs on a thread every interval; new hosts
-//               are connected (TLS), get a colocator and are probed for their NIC
-//   generation  hosts in age order -> get_host_assignments -> a plan; slots of the plan
-//               without a process get one (nothing that runs is restarted)
-//   barrier     every slot of a generation votes with GET /rank_and_size/<host>:<lr>;
-//               the last vote releases the plan to all of them; votes are idempotent
-//               per (slot, generation) and the barrier has a deadline
-//   failure     a rank that ends badly or whose agent is lost blacklists its host (with
-//               cooldown if configured) and starts the next generation at once
+//   hosts       a fixed list (-H, --hostfile, or `run`'s own machine) or a discovery
+//               script run every interval; each host joins the same way: reachable ->
+//               connected (mutual TLS) -> a colocator -> node info -> NIC -> ready
+//   generation  ready hosts in age order -> get_host_assignments -> a plan (a value,
+//               runtime/generation); slots of the plan without a process get one,
+//               processes that run are never restarted
+//   barrier     elastic: every slot votes with GET /rank_and_size/<host>:<lr>; the last
+//               vote releases the plan. Fresh processes have --start-timeout to vote,
+//               processes holding state (they joined a released generation) are waited
+//               for up to --elastic-timeout. Static jobs have no barrier.
+//   failure     static (fail fast): the first rank that fails, or a lost agent, stops
+//               the job with that rank's code. Elastic: its host is blacklisted (with
+//               cooldown if configured) and the next generation starts at once, as long
+//               as a rank of the last released generation carries the state over.
 //   end         the job ends when the final generation's ranks exit 0, or fails with
-//               the first failure named (reset limit, no host left, timeouts, ...)
+//               the first failure named; every stop is SIGTERM, grace, SIGKILL.
 #include "actors/driver.hpp"
 
 #include <algorithm>
@@ -48,16 +53,17 @@ namespace cafhvd {
 
 namespace {
 
-using elastic_driver_actor = driver_full_actor::extend<
-    caf::reacts_to<discover_atom>,                          // time to run the script
-    caf::reacts_to<discover_atom, bool, std::string>,       // the script's output or error
-    caf::reacts_to<vote_atom, std::string, int32_t>,        // GET /rank_and_size/<host>:<lr>
-    caf::reacts_to<rejoin_atom, uint64_t>,                  // ranks asked for a new generation
-    caf::reacts_to<retire_atom, uint32_t, int32_t>,         // signal a stopped slot's process
-    caf::reacts_to<probed_atom, std::string, std::string>>; // endpoint reachable ("" = yes)
+using job_actor = driver_full_actor::extend<
+    caf::reacts_to<discover_atom>,                    // time to run the script
+    caf::reacts_to<discover_atom, bool, std::string>, // the script's output or error
+    caf::reacts_to<vote_atom, std::string, int32_t>,  // GET /rank_and_size/<host>:<lr>
+    caf::reacts_to<rejoin_atom, uint64_t>,            // ranks asked for a new generation
+    caf::reacts_to<retire_atom, uint32_t, int32_t>,   // signal a stopped slot's process
+    // a discovered host resolved (its address) and reachable ("" = yes) or why not
+    caf::reacts_to<probed_atom, std::string, std::string, std::string>>;
 
 // deadline_atom kinds (low 4 bits; the rest is a serial number)
-enum : uint32_t { dl_teardown = 1, dl_slots = 2, dl_barrier = 3 };
+enum : uint32_t { dl_teardown = 1, dl_slots = 2, dl_barrier = 3, dl_start = 4 };
 
 using clock_type = std::chrono::steady_clock;
 
@@ -77,6 +83,8 @@ struct ehost {
   std::optional<clock_type::time_point> cooldown_end;
   clock_type::time_point retry_at{};
   std::string last_warning;
+  int planned = 0;            // static: ranks the job places here
+  bool has_info = false;      // static: node info is in (NIC discovery waits for all)
   uint32_t capped_warned = 0; // the listed slot count last warned about
   std::string endpoint() const { return spec.endpoint(); }
   std::string label() const {
@@ -102,20 +110,25 @@ struct eslot {
   uint64_t joined = 0;  // the last generation it was answered for
   int rank = -1;        // in the current plan, or the last one it had
   int exit_code = -1;
+  bool launched = false;            // its process was started
   clock_type::time_point started{}; // when its process was asked for
 };
 
-class elastic_driver : public elastic_driver_actor::base {
+class job : public job_actor::base {
 public:
-  elastic_driver(caf::actor_config& cfg, job_config job, std::shared_ptr<job_result> result)
-      : elastic_driver_actor::base(cfg), job_(std::move(job)), ec_(*job_.elastic),
-        result_(std::move(result)), rng_(std::random_device{}()) {}
+  job(caf::actor_config& cfg, job_config config, std::shared_ptr<job_result> result)
+      : job_actor::base(cfg), job_(std::move(config)), elastic_(job_.elastic.has_value()),
+        ec_(elastic_ ? *job_.elastic : fixed_policy(job_)), result_(std::move(result)),
+        rng_(std::random_device{}()) {}
 
   behavior_type make_behavior() override {
     started_ = clock_type::now();
     job_id_ = make_job_id();
     set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
-    send(this, discover_atom::value);
+    if (elastic_)
+      send(this, discover_atom::value);
+    else
+      start_fixed_hosts();
     return {
         [this](output_atom, output_batch& b) -> caf::result<caf::ok_atom> {
           print_output(b);
@@ -130,7 +143,11 @@ public:
         [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
         [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
         [this](rejoin_atom, uint64_t gen) { on_rejoin(gen); },
-        [this](probed_atom, std::string& ep, std::string& problem) { on_reachable(ep, problem); },
+        [this](probed_atom, std::string& ep, std::string& address, std::string& problem) {
+          if (auto it = hosts_.find(ep); it != hosts_.end() && !address.empty())
+            it->second.address = address;
+          on_reachable(ep, problem);
+        },
         // A stop escalates: SIGTERM, then SIGKILL after the grace period.
         [this](retire_atom, uint32_t id, int32_t sig) {
           auto* s = slot_by_id(id);
@@ -154,7 +171,7 @@ private:
 
   template <class... Ts> void log(fmt::format_string<Ts...> f, Ts&&... xs) {
     if (job_.verbose)
-      write_all(2, fmt::format("caf-hvd [{:>5} ms] elastic: {}\n", elapsed_ms(),
+      write_all(2, fmt::format("caf-hvd [{:>5} ms] job: {}\n", elapsed_ms(),
                                fmt::format(f, std::forward<Ts>(xs)...)));
   }
 
@@ -196,7 +213,7 @@ private:
     if (done_ || discovering_)
       return;
     discovering_ = true;
-    auto hdl = caf::actor_cast<elastic_driver_actor>(this);
+    auto hdl = caf::actor_cast<job_actor>(this);
     std::thread{[hdl, shim = ec_.shim, path = ec_.discovery_script,
                  timeout = ec_.discovery_timeout] {
       auto r = run_discovery_script(shim, path, timeout);
@@ -271,23 +288,99 @@ private:
 
   // -- joining hosts --------------------------------------------------------------------
 
+  // Name resolution and a reachability check run on a thread (neither may block the
+  // actor; CAF connects one node at a time, so a host that does not answer TCP would
+  // stall every other connect).
   void connect_host(const std::string& ep) {
     auto& h = hosts_.at(ep);
     h.st = ehost::status::connecting;
     h.colocator = nullptr;
     h.info = node_info{};
-    std::string error;
-    auto addr = resolve_ipv4(h.spec.host, &error);
-    if (!addr)
-      return host_unusable(ep, fmt::format("cannot resolve '{}': {}", h.spec.host, error));
-    h.address = *addr;
-    // CAF connects one node at a time: a host that does not answer TCP would stall every
-    // other connect, so reachability is checked first, on a thread.
-    auto hdl = caf::actor_cast<elastic_driver_actor>(this);
-    std::thread{[hdl, ep, addr = h.address, port = h.spec.port] {
-      auto r = check_tcp_reachable({{addr, port}}, std::chrono::milliseconds(3000));
-      caf::anon_send(hdl, probed_atom::value, ep, r.empty() ? std::string{} : r.front());
+    auto hdl = caf::actor_cast<job_actor>(this);
+    std::thread{[hdl, ep, host = h.spec.host, port = h.spec.port] {
+      std::string error;
+      auto addr = resolve_ipv4(host, &error);
+      if (!addr) {
+        caf::anon_send(hdl, probed_atom::value, ep, std::string{},
+                       fmt::format("cannot resolve '{}': {}", host, error));
+        return;
+      }
+      auto r = check_tcp_reachable({{*addr, port}}, std::chrono::milliseconds(3000));
+      caf::anon_send(hdl, probed_atom::value, ep, *addr,
+                     r.empty() || r.front().empty()
+                         ? std::string{}
+                         : fmt::format("cannot reach it: {}{}", r.front(),
+                                       r.front() == std::strerror(ECONNREFUSED)
+                                           ? " (is `caf-hvd node` running there?)"
+                                           : ""));
     }}.detach();
+  }
+
+  // -- static jobs: the given hosts, all of them needed --------------------------------
+
+  static elastic_config fixed_policy(const job_config& job) {
+    elastic_config ec;
+    ec.min_np = job.np;
+    ec.max_np = job.np;
+    ec.elastic_timeout = job.start_timeout;
+    ec.reset_limit = 0;
+    return ec;
+  }
+
+  // Ranks are placed over the given slots before anything connects, so hosts that get
+  // no rank are never contacted; the start-up has one deadline (--start-timeout).
+  void start_fixed_hosts() {
+    std::vector<host_slots> hs;
+    for (auto& h : job_.hosts)
+      hs.push_back({h.endpoint(), static_cast<int>(h.slots)});
+    std::vector<slot_info> placed;
+    try {
+      placed = get_host_assignments(hs, job_.np, job_.np);
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    for (size_t i = 0; i < job_.hosts.size(); ++i) {
+      auto ep = job_.hosts[i].endpoint();
+      int n = static_cast<int>(
+          std::count_if(placed.begin(), placed.end(), [&](auto& s) { return s.hostname == ep; }));
+      if (n == 0)
+        continue;
+      ehost h;
+      h.spec = job_.hosts[i];
+      h.address = i < job_.addresses.size() ? job_.addresses[i] : "127.0.0.1";
+      h.listed = true;
+      h.planned = n;
+      hosts_.emplace(ep, std::move(h));
+      listed_order_.push_back(ep);
+    }
+    delayed_send(this, job_.start_timeout, deadline_atom::value, uint32_t{dl_start});
+    for (auto& ep : listed_order_) {
+      if (job_.embedded)
+        spawn_colocator(ep);
+      else
+        connect_agent(ep); // the front end checked that every agent accepts TCP
+    }
+  }
+
+  // What a static job's start still waits for, when its deadline passes.
+  std::string start_waits_for() {
+    std::vector<std::string> who;
+    for (auto& ep : listed_order_) {
+      auto& h = hosts_.at(ep);
+      if (h.st != ehost::status::ready)
+        who.push_back(fmt::format(
+            "node agent {} ({})", h.label(),
+            h.nid ? (h.colocator ? (h.has_info ? "NIC discovery" : "node info") : "its colocator")
+                  : "connecting"));
+    }
+    for (auto& [key, row] : gen_.rows) {
+      auto* s = current(key);
+      if (!s || !s->launched)
+        who.push_back(fmt::format("rank {} on {} ({})", row.rank, row.hostname,
+                                  !s || !s->worker ? "its worker" : "its launch"));
+    }
+    return who.empty() ? std::string{"nothing (internal error)"}
+                       : fmt::format("{}", fmt::join(who, ", "));
   }
 
   void on_reachable(const std::string& ep, const std::string& problem) {
@@ -295,11 +388,12 @@ private:
     if (it == hosts_.end() || it->second.st != ehost::status::connecting || done_)
       return;
     if (!problem.empty())
-      return host_unusable(ep, fmt::format("cannot reach it: {}{}", problem,
-                                           problem == std::strerror(ECONNREFUSED)
-                                               ? " (is `caf-hvd node` running there?)"
-                                               : ""));
-    auto& h = it->second;
+      return host_unusable(ep, problem);
+    connect_agent(ep);
+  }
+
+  void connect_agent(const std::string& ep) {
+    auto& h = hosts_.at(ep);
     auto mm =
         job_.tls ? system().openssl_manager().actor_handle() : system().middleman().actor_handle();
     log("connecting to node agent {} ({})", ep, h.address);
@@ -308,7 +402,7 @@ private:
             [this, ep](caf::node_id& nid, caf::strong_actor_ptr&, std::set<std::string>&) {
               auto& h = hosts_.at(ep);
               for (auto& [other, o] : hosts_)
-                if (other != ep && o.nid == nid && o.st == ehost::status::ready)
+                if (other != ep && o.nid == nid && (o.st == ehost::status::ready || !elastic_))
                   return host_unusable(ep,
                                        fmt::format("it is the same node agent as {} (node id {})",
                                                    other, to_string(nid)));
@@ -316,6 +410,13 @@ private:
               spawn_colocator(ep);
             },
             [this, ep](caf::error& e) {
+              // A busy agent (one flooded with connections) may not finish the handshake
+              // in time; try again while the start timeout allows.
+              if (e == caf::sec::connection_timeout && !done_
+                  && clock_type::now() - started_ + std::chrono::seconds(1) < job_.start_timeout) {
+                log("handshake with {} timed out; trying again", ep);
+                return connect_agent(ep);
+              }
               host_unusable(ep, fmt::format("cannot connect: {}", connect_error(e)));
             });
   }
@@ -328,6 +429,12 @@ private:
     auto& h = hosts_.at(ep);
     auto self_hdl = caf::actor_cast<driver_actor>(this);
     auto grace = static_cast<int32_t>(job_.kill_grace.count());
+    if (job_.embedded) {
+      auto c = spawn(colocator_fn, self_hdl, job_id_, grace);
+      monitor(c);
+      h.colocator = c;
+      return query_host(ep);
+    }
     auto mm = system().middleman().actor_handle();
     request(mm, job_.start_timeout, caf::spawn_atom::value, h.nid, std::string{colocator_type_name},
             caf::make_message(self_hdl, job_id_, grace), system().message_types<colocator_actor>())
@@ -352,17 +459,147 @@ private:
             [this, ep](node_info& info) {
               auto& h = hosts_.at(ep);
               for (auto& [other, o] : hosts_)
-                if (other != ep && o.st == ehost::status::ready && o.info.name == info.name)
+                if (other != ep && (o.st == ehost::status::ready || o.has_info)
+                    && o.info.name == info.name)
                   return host_unusable(
                       ep, fmt::format("node agents {} and {} both call themselves '{}'; give "
                                       "each agent a distinct --name",
                                       other, ep, info.name));
               h.info = std::move(info);
-              choose_nic(ep);
+              h.has_info = true;
+              if (elastic_)
+                return choose_nic(ep);
+              if (h.info.slots != 0 && h.planned > static_cast<int>(h.info.slots))
+                return fail(fmt::format("node {} offers {} slots but the job places {} ranks "
+                                        "there",
+                                        h.label(), h.info.slots, h.planned));
+              for (auto& other : listed_order_)
+                if (!hosts_.at(other).has_info)
+                  return;
+              choose_fixed_nics();
             },
             [this, ep](caf::error& e) {
               host_unusable(ep, fmt::format("no node info: {}", describe(e)));
             });
+  }
+
+  // Static jobs choose every host's interface at once, deterministically: all on this
+  // machine -> loopback; one host -> the named interfaces or the one the driver reached
+  // it through; otherwise every host probes every other host's candidate addresses from
+  // each of its candidate interfaces, and each keeps those that reached all others.
+  void choose_fixed_nics() {
+    std::vector<ehost*> hs;
+    for (auto& ep : listed_order_)
+      hs.push_back(&hosts_.at(ep));
+    size_t loopback = 0;
+    for (auto* h : hs)
+      if (job_.embedded || is_loopback_address(h->address))
+        ++loopback;
+    if (loopback != 0 && loopback != hs.size()) {
+      std::vector<std::string> lo;
+      for (auto* h : hs)
+        if (is_loopback_address(h->address))
+          lo.push_back(h->label());
+      return fail(fmt::format("nodes {} were reached at a loopback address, which the job's other "
+                              "hosts cannot reach; name them by an address of the shared network",
+                              fmt::join(lo, ", ")));
+    }
+    if (loopback != 0) {
+      for (auto* h : hs) {
+        auto name = loopback_name(h->info);
+        if (!job_.network_interfaces.empty()
+            && std::find(job_.network_interfaces.begin(), job_.network_interfaces.end(), name)
+                   == job_.network_interfaces.end())
+          return fail(fmt::format("--network-interface: every node of this job is on this "
+                                  "machine and talks over {}, which is not among the named "
+                                  "interfaces",
+                                  name));
+        h->nics = {name};
+        h->reach_address = "127.0.0.1";
+      }
+      return fixed_hosts_ready();
+    }
+    if (hs.size() == 1) {
+      auto& h = *hs.front();
+      h.reach_address = h.address;
+      h.nics.clear();
+      if (!job_.network_interfaces.empty()) {
+        try {
+          for (auto& a :
+               candidate_interfaces({h.info.name, h.info.interfaces}, job_.network_interfaces))
+            if (std::find(h.nics.begin(), h.nics.end(), a.name) == h.nics.end()) {
+              if (h.nics.empty())
+                h.reach_address = a.address;
+              h.nics.push_back(a.name);
+            }
+        } catch (const std::exception& e) {
+          return fail(fmt::format("NIC discovery: {}", e.what()));
+        }
+        return fixed_hosts_ready();
+      }
+      for (auto& a : h.info.interfaces)
+        if (a.address == h.address)
+          h.nics = {a.name};
+      if (h.nics.empty())
+        h.nics = {loopback_name(h.info)};
+      return fixed_hosts_ready();
+    }
+    std::vector<host_interfaces> ifs;
+    std::vector<std::vector<interface_addr>> candidates;
+    for (auto* h : hs) {
+      ifs.push_back({h->info.name, h->info.interfaces});
+      try {
+        candidates.push_back(candidate_interfaces(ifs.back(), job_.network_interfaces));
+      } catch (const std::exception& e) {
+        return fail(fmt::format("NIC discovery: {}", e.what()));
+      }
+    }
+    auto results = std::make_shared<std::vector<std::vector<probe_result>>>(hs.size());
+    auto left = std::make_shared<size_t>(hs.size());
+    for (size_t i = 0; i < hs.size(); ++i) {
+      std::vector<probe_target> targets;
+      for (size_t j = 0; j < hs.size(); ++j)
+        if (j != i)
+          for (auto& a : candidates[j])
+            targets.push_back({hs[j]->info.name, a.address, hs[j]->info.probe_port});
+      auto ep = listed_order_[i];
+      request(hs[i]->colocator, job_.start_timeout, probe_atom::value, std::move(targets),
+              job_.network_interfaces)
+          .then(
+              [this, i, ep, results, left, ifs](std::vector<probe_result>& r) {
+                for (auto& pr : r)
+                  log("probe {} {} -> {} {}: {}", hosts_.at(ep).info.name, pr.iface, pr.host,
+                      pr.address, pr.ok ? "ok" : pr.error);
+                (*results)[i] = std::move(r);
+                if (--*left > 0 || done_)
+                  return;
+                try {
+                  for (auto& c : choose_interfaces(ifs, *results, job_.network_interfaces))
+                    for (auto& e : listed_order_)
+                      if (auto& h = hosts_.at(e); h.info.name == c.host) {
+                        h.nics = c.usable;
+                        h.reach_address = c.address;
+                      }
+                } catch (const std::exception& e) {
+                  return fail(e.what());
+                }
+                fixed_hosts_ready();
+              },
+              [this, ep](caf::error& e) {
+                fail(fmt::format("NIC probes of {}: {}", hosts_.at(ep).label(), describe(e)));
+              });
+    }
+  }
+
+  void fixed_hosts_ready() {
+    for (auto& ep : listed_order_) {
+      auto& h = hosts_.at(ep);
+      log("{} uses {} (usable: {}), reached at {}", h.label(), h.nics.front(),
+          fmt::join(h.nics, ","), h.reach_address);
+    }
+    for (auto& ep : listed_order_)
+      if (!done_)
+        host_ready(ep);
   }
 
   // Loopback agents talk over loopback. Otherwise a joining host probes every ready
@@ -462,7 +699,8 @@ private:
                                 "address of the shared network",
                                 server_->address()));
     h.st = ehost::status::ready;
-    warn_if_capped(h);
+    if (elastic_)
+      warn_if_capped(h);
     h.last_warning.clear();
     log("host {} ready: {} slots, interfaces {}, reached at {}", h.label(), h.slots(),
         fmt::join(h.nics, ","), h.reach_address);
@@ -476,6 +714,8 @@ private:
     if (it == hosts_.end())
       return;
     auto& h = it->second;
+    if (!elastic_)
+      return fail(fmt::format("node agent {}: {}", h.label(), why));
     if (h.colocator)
       send_exit(h.colocator, caf::exit_reason::user_shutdown);
     h.colocator = nullptr;
@@ -507,11 +747,13 @@ private:
       fail(e.what());
       return false;
     }
-    auto hdl = caf::actor_cast<elastic_driver_actor>(this);
-    server_->enable_elastic([hdl](const std::string& host, int lr) {
-      caf::anon_send(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
-    });
-    server_->set_update(0, "generation 0\nchange none\n");
+    auto hdl = caf::actor_cast<job_actor>(this);
+    if (elastic_) {
+      server_->enable_elastic([hdl](const std::string& host, int lr) {
+        caf::anon_send(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
+      });
+      server_->set_update(0, "generation 0\nchange none\n");
+    }
     log("rendezvous server on {}:{}", bind, server_->port());
     // torch's store lives next to it for the whole job, so MASTER_ADDR/PORT outlive any
     // host; each released generation gets a fresh key space (torchrun starts a new store
@@ -537,6 +779,8 @@ private:
   void reconsider() {
     if (done_ || finishing_)
       return;
+    if (!elastic_)
+      return start_fixed_generation();
     // Hosts listed together join together, in the order listed (deterministic), unless a
     // failure makes the job wait: then the next generation forms from the hosts at hand.
     bool plan_broken = rejoin_due_;
@@ -605,6 +849,27 @@ private:
   // training state: one of its ranks must run on a host of the next plan. Before any
   // release, a host of the forming generation must stay (nothing to carry yet, but a
   // program that never votes keeps its ranks only that way).
+  // A static job has one generation, over every given host once all are ready.
+  void start_fixed_generation() {
+    if (gen_.number > 0)
+      return;
+    std::vector<host_slots> hs;
+    for (auto& ep : listed_order_) {
+      auto& h = hosts_.at(ep);
+      if (h.st != ehost::status::ready)
+        return;
+      hs.push_back({h.info.name, h.planned});
+    }
+    order_ = listed_order_;
+    std::vector<slot_info> plan;
+    try {
+      plan = get_host_assignments(hs, job_.np, job_.np);
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    begin_generation(std::move(plan), hs);
+  }
+
   bool previous_generation_survives() const {
     std::set<std::string> available;
     for (auto& ep : order_)
@@ -689,16 +954,28 @@ private:
       text += "added " + h + "\n";
     for (auto& h : removed)
       text += "removed " + h + "\n";
-    server_->set_update(gen_.number, text);
     std::string layout;
     for (auto& h : plan_hosts_)
       layout += fmt::format("{}{}:{}", layout.empty() ? "" : ",", h.hostname,
                             std::count_if(gen_.plan.begin(), gen_.plan.end(),
                                           [&](auto& s) { return s.hostname == h.hostname; }));
-    say("generation {}: {} ranks on {}{}{}{}", gen_.number, gen_.plan.size(), layout,
-        added.empty() || gen_.number == 1 ? "" : fmt::format(" (added {})", fmt::join(added, ",")),
-        removed.empty() ? "" : fmt::format(" (removed {})", fmt::join(removed, ",")),
-        added.empty() && removed.empty() && !reason.empty() ? " (" + reason + ")" : std::string{});
+    link_rank_outputs();
+    if (elastic_) {
+      server_->set_update(gen_.number, text);
+      say("generation {}: {} ranks on {}{}{}{}", gen_.number, gen_.plan.size(), layout,
+          added.empty() || gen_.number == 1 ? ""
+                                            : fmt::format(" (added {})", fmt::join(added, ",")),
+          removed.empty() ? "" : fmt::format(" (removed {})", fmt::join(removed, ",")),
+          added.empty() && removed.empty() && !reason.empty() ? " (" + reason + ")"
+                                                              : std::string{});
+    } else {
+      // No barrier: the plan is the job's from the start (Horovod's static rendezvous).
+      log("{} ranks on {}", gen_.plan.size(), layout);
+      server_->init(gen_.plan);
+      gen_.released = true;
+      released_gen_ = gen_.number;
+      released_hosts_ = gen_.hosts();
+    }
     // New slots get processes; running ones learn their place through rank_and_size.
     for (size_t r = 0; r < gen_.plan.size() && !done_; ++r) {
       auto& row = gen_.plan[r];
@@ -710,9 +987,11 @@ private:
       start_slot(key, row);
     }
     barrier_check_.reset();
-    schedule_barrier_check();
     if (!torch_store_)
       find_master_port();
+    if (!elastic_)
+      return;
+    schedule_barrier_check();
     check_release();
   }
 
@@ -731,31 +1010,36 @@ private:
     slots_[s.id] = s;
     current_[key] = s.id;
     auto self_hdl = caf::actor_cast<driver_actor>(this);
-    auto mm = system().middleman().actor_handle();
     auto id = s.id;
+    if (job_.embedded)
+      return worker_spawned(id, spawn(worker_fn, h->colocator, self_hdl, id));
+    auto mm = system().middleman().actor_handle();
     request(mm, job_.start_timeout, caf::spawn_atom::value, h->nid, std::string{worker_type_name},
             caf::make_message(h->colocator, self_hdl, id), system().message_types<worker_actor>())
         .then(
             [this, id](caf::strong_actor_ptr& p) {
-              auto w = caf::actor_cast<worker_actor>(std::move(p));
-              auto* s = slot_by_id(id);
-              if (!s)
-                return;
-              if (!w)
-                return slot_failed(*s, "remote spawn of its worker returned no actor");
-              monitor(w);
-              s->worker = w;
-              if (s->retired || done_) {
-                s->running = false;
-                send_exit(w, caf::exit_reason::user_shutdown);
-                return;
-              }
-              launch_slot(*s);
+              worker_spawned(id, caf::actor_cast<worker_actor>(std::move(p)));
             },
             [this, id](caf::error& e) {
               if (auto* s = slot_by_id(id))
                 slot_failed(*s, fmt::format("cannot start its worker: {}", describe(e)));
             });
+  }
+
+  void worker_spawned(uint32_t id, worker_actor w) {
+    auto* s = slot_by_id(id);
+    if (!s)
+      return;
+    if (!w)
+      return slot_failed(*s, "remote spawn of its worker returned no actor");
+    monitor(w);
+    s->worker = w;
+    if (s->retired || done_) {
+      s->running = false;
+      send_exit(w, caf::exit_reason::user_shutdown);
+      return;
+    }
+    launch_slot(*s);
   }
 
   // --torch-store off: MASTER_PORT is a port free on rank 0's host now, found anew for
@@ -835,15 +1119,28 @@ private:
     in.rendezvous_port = server_->port();
     in.base = job_.base_env;
     in.extra = job_.extra_env;
-    in.extra.push_back("HOROVOD_ELASTIC=1");
+    if (elastic_)
+      in.extra.push_back("HOROVOD_ELASTIC=1");
     launch_spec spec{job_.command, build_rank_env(in), job_.cwd};
     spec.env.push_back("PWD=" + job_.cwd);
+    open_outputs(s.key);
     auto id = s.id;
     request(s.worker, job_.start_timeout, launch_atom::value, std::move(spec))
         .then(
             [this, id](int32_t pid) {
-              if (auto* s = slot_by_id(id))
-                log("slot {} (rank {}) started, pid {}", s->key, s->rank, pid);
+              auto* s = slot_by_id(id);
+              if (!s)
+                return;
+              s->launched = true;
+              log("rank {} ({}) started, pid {}", s->rank, s->key, pid);
+              if (!elastic_ && !all_started_
+                  && std::all_of(gen_.rows.begin(), gen_.rows.end(), [this](auto& r) {
+                       auto* c = current(r.first);
+                       return c && c->launched;
+                     })) {
+                all_started_ = true;
+                log("all {} ranks started", gen_.plan.size());
+              }
             },
             [this, id](caf::error& e) {
               if (auto* s = slot_by_id(id))
@@ -1001,7 +1298,7 @@ private:
     exit_status st{ex.code, ex.signal, ex.exec_error};
     auto how = describe_exit(st, ex.stopped_by);
     s->exit_code = st.launcher_code();
-    log("slot {} (rank {}) ended: {}", s->key, s->rank, how);
+    log("rank {} on {} ended: {}", s->rank, s->key, how);
     if (!is_current(*s)) {
       slots_.erase(ex.rank); // a replaced process: nothing refers to it any more
       return maybe_finish();
@@ -1021,14 +1318,32 @@ private:
       }
       return maybe_finish();
     }
-    slot_failed(
-        *s, fmt::format("{} {}", st.exec_error.empty() ? "ended with" : "could not start:", how));
+    auto why = fmt::format("{} {}", st.exec_error.empty() ? "ended with" : "could not start:", how);
+    if (!elastic_)
+      return failed_fast(*s, why, how, st.launcher_code());
+    slot_failed(*s, why);
+  }
+
+  // Static jobs: the first rank that fails stops the job, which exits with its code.
+  void failed_fast(eslot& s, const std::string& why, const std::string& how, int code) {
+    auto host = hosts_.at(s.endpoint).info.name;
+    note_failure(fmt::format("rank {} on host {} {}", s.rank, host, why));
+    if (!failure_ && !done_ && !interrupted_) {
+      failure_ = fmt::format("rank {} on host {} failed first: {}", s.rank, host, how);
+      failure_code_ = code;
+      say("rank {} on host {} {}{}", s.rank, host, why,
+          gen_.plan.size() > 1 ? "; stopping the other ranks" : "");
+      teardown();
+    }
+    maybe_finish();
   }
 
   void slot_failed(eslot& s, const std::string& why) {
     s.running = false;
     auto& h = hosts_.at(s.endpoint);
     auto what = fmt::format("rank {} on host {} {}", s.rank, h.info.name, why);
+    if (!elastic_)
+      return fail(what); // a worker that could not be started or launched
     note_failure(what);
     if (finishing_ || done_) {
       if (!failure_)
@@ -1091,8 +1406,6 @@ private:
                  : dm.reason == caf::exit_reason::user_shutdown
                      ? std::string{"the node agent was shut down"}
                      : describe(dm.reason);
-      if (done_)
-        return;
       bool was_ready = h.st == ehost::status::ready;
       h.st = ehost::status::lost;
       h.colocator = nullptr;
@@ -1105,6 +1418,19 @@ private:
           had_ranks = true;
         s.retired = true;
         gen_.votes.erase(s.key);
+      }
+      if (done_)
+        return maybe_finish();
+      if (!elastic_) {
+        if (!all_started_)
+          return fail(fmt::format("lost node agent {}: {}", h.label(), why));
+        if (had_ranks && !failure_ && !interrupted_) {
+          failure_ = fmt::format("node {} was lost while its ranks ran: {}", h.label(), why);
+          failure_said_ = true;
+          say("{}{}", *failure_, listed_order_.size() > 1 ? "; stopping the other ranks" : "");
+          teardown();
+        }
+        return maybe_finish();
       }
       auto what = fmt::format("node agent {} was lost: {}", h.label(), why);
       if (had_ranks && !finishing_) {
@@ -1198,6 +1524,9 @@ private:
                        "(--min-np); available: {}{}",
                        ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total),
                        first_failure_ ? "; first failure: " + *first_failure_ : std::string{}));
+    } else if (kind == dl_start && !elastic_ && !all_started_ && !done_) {
+      fail(fmt::format("start timeout ({} s) expired waiting for: {}",
+                       job_.start_timeout.count() / 1000.0, start_waits_for()));
     } else if (kind == dl_barrier && serial == (gen_.number & 0x0fffffff)) {
       if (!gen_.released && !done_ && !finishing_)
         on_barrier_deadline();
@@ -1226,7 +1555,7 @@ private:
     if (interrupted_) {
       code = 128 + interrupted_;
     } else if (failure_) {
-      code = 1;
+      code = failure_code_;
     } else {
       // Success: every rank of the final generation exited 0.
       for (auto& [key, row] : gen_.rows) {
@@ -1253,24 +1582,48 @@ private:
     write_lines(b.stream == 1 ? 2 : 1, b.lines, output_tag(s ? s->rank : -1, b.stream));
     if (!s || job_.output_dir.empty())
       return;
-    // --output-filename: per slot (a slot's successive processes append), since ranks
-    // change between generations.
-    int idx = b.stream == 1 ? 1 : 0;
-    auto [fit, fresh] = output_fds_.try_emplace(s->key, std::array<int, 2>{-2, -2});
-    auto& fds = fit->second;
-    if (fds[idx] == -2) {
-      auto dir = fmt::format("{}/{}", job_.output_dir, s->key);
-      ::mkdir(dir.c_str(), 0755);
-      auto path = fmt::format("{}/{}", dir, idx == 1 ? "stderr" : "stdout");
-      fds[idx] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fds[idx] < 0)
+    open_outputs(s->key);
+    if (int fd = output_fds_.at(s->key)[b.stream == 1 ? 1 : 0]; fd >= 0)
+      write_lines(fd, b.lines);
+  }
+
+  // --output-filename DIR: DIR/<host>:<local rank>/stdout and stderr per slot, created
+  // when the slot first starts (a slot's later processes append: ranks change between
+  // generations), and DIR/rank.N, a link to the slot that has rank N in the newest
+  // generation (horovodrun's paths).
+  void open_outputs(const std::string& key) {
+    if (job_.output_dir.empty() || output_fds_.count(key))
+      return;
+    auto dir = fmt::format("{}/{}", job_.output_dir, key);
+    ::mkdir(dir.c_str(), 0755);
+    std::array<int, 2> fds{-1, -1};
+    const char* names[2] = {"stdout", "stderr"};
+    for (int i = 0; i < 2; ++i) {
+      auto path = fmt::format("{}/{}", dir, names[i]);
+      fds[i] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fds[i] < 0)
         say("warning: cannot write {}: {}", path, std::strerror(errno));
     }
-    if (fds[idx] >= 0)
-      write_lines(fds[idx], b.lines);
+    output_fds_[key] = fds;
+  }
+
+  void link_rank_outputs() {
+    if (job_.output_dir.empty())
+      return;
+    for (size_t r = 0; r < std::max(gen_.plan.size(), linked_ranks_); ++r) {
+      auto link = fmt::format("{}/rank.{}", job_.output_dir, r);
+      ::unlink(link.c_str());
+      if (r < gen_.plan.size()
+          && ::symlink(slot_key(gen_.plan[r].hostname, gen_.plan[r].local_rank).c_str(),
+                       link.c_str())
+                 != 0)
+        say("warning: cannot link {}: {}", link, std::strerror(errno));
+    }
+    linked_ranks_ = gen_.plan.size();
   }
 
   job_config job_;
+  bool elastic_; // hosts from discovery, blacklist and continue; else fixed, fail fast
   elastic_config ec_;
   std::shared_ptr<job_result> result_;
   std::mt19937_64 rng_;
@@ -1288,7 +1641,8 @@ private:
   std::vector<std::string> order_;          // available endpoints in age order
   std::map<uint32_t, eslot> slots_;         // every slot process by id (workers' "rank")
   std::map<std::string, uint32_t> current_; // slot key -> its latest process
-  std::map<std::string, std::array<int, 2>> output_fds_; // slot -> stdout, stderr (-2: not open)
+  std::map<std::string, std::array<int, 2>> output_fds_; // slot -> stdout, stderr
+  size_t linked_ranks_ = 0;                              // DIR/rank.N links made
   uint32_t next_slot_id_ = 0;
   bool discovering_ = false;
   int discovery_runs_ = 0;
@@ -1304,21 +1658,22 @@ private:
   bool waiting_slots_ = false;
   uint32_t slot_wait_serial_ = 0;
 
-  bool finishing_ = false; // a rank of the current generation exited 0
-  bool done_ = false;      // stopping (failure or interrupt)
+  bool all_started_ = false; // static: every rank was started (the start deadline is over)
+  bool finishing_ = false;   // a rank of the current generation exited 0
+  bool done_ = false;        // stopping (failure or interrupt)
   bool finished_ = false;
   int interrupted_ = 0;
   std::optional<std::string> failure_;
+  int failure_code_ = 1; // the failing rank's code when a rank's failure ended the job
   bool failure_said_ = false;
   std::optional<std::string> first_failure_, last_failure_;
 };
 
 } // namespace
 
-driver_full_actor spawn_elastic_driver(caf::actor_system& sys, job_config job,
-                                       std::shared_ptr<job_result> result) {
-  return caf::actor_cast<driver_full_actor>(
-      sys.spawn<elastic_driver>(std::move(job), std::move(result)));
+driver_full_actor spawn_driver(caf::actor_system& sys, job_config config,
+                               std::shared_ptr<job_result> result) {
+  return caf::actor_cast<driver_full_actor>(sys.spawn<job>(std::move(config), std::move(result)));
 }
 
 } // namespace cafhvd
