@@ -368,10 +368,10 @@ private:
     for (auto& ep : listed_order_) {
       auto& h = hosts_.at(ep);
       if (h.st != ehost::status::ready)
-        who.push_back(fmt::format(
-            "node agent {} ({})", h.label(),
-            h.nid ? (h.colocator ? (h.has_info ? "NIC discovery" : "node info") : "its colocator")
-                  : "connecting"));
+        who.push_back(fmt::format("node agent {} ({})", h.label(),
+                                  h.colocator ? (h.has_info ? "NIC discovery" : "its node info")
+                                  : h.nid || job_.embedded ? "its colocator"
+                                                           : "connecting"));
     }
     for (auto& [key, row] : gen_.rows) {
       auto* s = current(key);
@@ -430,9 +430,15 @@ private:
     auto self_hdl = caf::actor_cast<driver_actor>(this);
     auto grace = static_cast<int32_t>(job_.kill_grace.count());
     if (job_.embedded) {
-      auto c = spawn(colocator_fn, self_hdl, job_id_, grace);
-      monitor(c);
-      h.colocator = c;
+      // By name from this system's factories, as a node agent spawns it for a remote
+      // driver (tests put fake node actors behind the same names).
+      auto c = system().spawn<colocator_actor>(colocator_type_name,
+                                               caf::make_message(self_hdl, job_id_, grace));
+      if (!c)
+        return host_unusable(ep,
+                             fmt::format("cannot start its colocator: {}", describe(c.error())));
+      monitor(*c);
+      h.colocator = *c;
       return query_host(ep);
     }
     auto mm = system().middleman().actor_handle();
@@ -1011,8 +1017,11 @@ private:
     current_[key] = s.id;
     auto self_hdl = caf::actor_cast<driver_actor>(this);
     auto id = s.id;
-    if (job_.embedded)
-      return worker_spawned(id, spawn(worker_fn, h->colocator, self_hdl, id));
+    if (job_.embedded) {
+      auto w = system().spawn<worker_actor>(worker_type_name,
+                                            caf::make_message(h->colocator, self_hdl, id));
+      return worker_spawned(id, w ? *w : worker_actor{});
+    }
     auto mm = system().middleman().actor_handle();
     request(mm, job_.start_timeout, caf::spawn_atom::value, h->nid, std::string{worker_type_name},
             caf::make_message(h->colocator, self_hdl, id), system().message_types<worker_actor>())

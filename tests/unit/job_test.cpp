@@ -1,0 +1,199 @@
+// The job actor on CAF's deterministic test scheduler (one thread, virtual time), with
+// fake node actors behind the factory names a node agent spawns by: no processes. The
+// fakes record what the job asks of them; the test plays the ranks' exits.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include "actors/config.hpp"
+#include "actors/driver.hpp"
+#include "actors/protocol.hpp"
+
+using namespace cafhvd;
+
+namespace {
+
+// What the fake node saw; one per test (the fakes are spawned by name, without it).
+struct node_log {
+  std::map<uint32_t, worker_actor> workers; // slot id -> its worker
+  std::map<uint32_t, std::vector<std::string>> envs;
+  std::map<uint32_t, std::vector<int32_t>> signals;
+  int terminates = 0;           // teardowns asked of the colocator
+  bool answer_node_info = true; // false: a node agent that never answers
+  bool ignore_sigterm = false;  // the ranks trap SIGTERM (only SIGKILL ends them)
+};
+node_log* the_log = nullptr;
+
+colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, driver_actor,
+                                              std::string, int32_t grace_ms) {
+  return {
+      [=](node_atom) -> caf::result<node_info> {
+        if (!the_log->answer_node_info)
+          return self->make_response_promise<node_info>(); // never delivered
+        return node_info{"fake", "fake", 1, 0, {{"lo", "127.0.0.1", 8, true}}, 0};
+      },
+      [](port_atom) -> int32_t { return 4242; },
+      [](probe_atom, std::vector<probe_target>&,
+         std::vector<std::string>&) -> std::vector<probe_result> { return {}; },
+      [](probed_atom, uint64_t, std::vector<probe_result>&) {},
+      [](enlist_atom, worker_actor) {},
+      [=](terminate_atom, int32_t) {
+        ++the_log->terminates;
+        for (auto& [id, w] : the_log->workers)
+          self->send(w, terminate_atom::value, int32_t{SIGTERM});
+        self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
+      },
+      [](stop_atom, std::string&) {},
+      [=](kill_atom) {
+        for (auto& [id, w] : the_log->workers)
+          self->send(w, terminate_atom::value, int32_t{SIGKILL});
+      },
+  };
+}
+
+// A rank's process that ends the moment it is signalled (unless it traps SIGTERM).
+worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_actor,
+                                        driver_actor driver, uint32_t id) {
+  the_log->workers[id] = caf::actor_cast<worker_actor>(self);
+  return {
+      [=](launch_atom, launch_spec& spec) -> int32_t {
+        the_log->envs[id] = spec.env;
+        return static_cast<int32_t>(1000 + id);
+      },
+      [=](terminate_atom, int32_t sig) {
+        the_log->signals[id].push_back(sig);
+        if (sig == SIGTERM && the_log->ignore_sigterm)
+          return;
+        self->send(driver, exited_atom::value, rank_exit{id, "fake", 0, sig, {}, {}});
+        the_log->workers.erase(id);
+        self->quit();
+      },
+      [](stop_atom, std::string&) {},
+      [](output_atom, output_batch&) {},
+      [](exited_atom, rank_exit&) {},
+  };
+}
+
+struct fake_node_config : hvd_config {
+  fake_node_config() {
+    set("scheduler.policy", caf::atom("testing"));
+    actor_factories.erase(colocator_type_name);
+    actor_factories.erase(worker_type_name);
+    add_actor_type(colocator_type_name, fake_colocator);
+    add_actor_type(worker_type_name, fake_worker);
+  }
+};
+
+struct fixture {
+  node_log log;
+  fake_node_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scheduler::test_coordinator& sched =
+      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  std::shared_ptr<job_result> result = std::make_shared<job_result>();
+  driver_full_actor job;
+  bool ended = false;
+
+  fixture() { the_log = &log; }
+  ~fixture() { the_log = nullptr; }
+
+  void start(int np, std::chrono::milliseconds grace = std::chrono::milliseconds(5000)) {
+    job_config c;
+    c.embedded = true;
+    c.np = np;
+    c.hosts = {host_spec{"localhost", 0, static_cast<uint32_t>(np)}};
+    c.command = {"train"};
+    c.cwd = "/";
+    c.kill_grace = grace;
+    c.torch_store = torch_store_mode::off;
+    job = spawn_driver(sys, c, result);
+    sched.run();
+  }
+
+  // The slot id whose process got HOROVOD_RANK=r.
+  uint32_t slot_of_rank(int r) {
+    for (auto& [id, env] : log.envs)
+      for (auto& kv : env)
+        if (kv == "HOROVOD_RANK=" + std::to_string(r))
+          return id;
+    FAIL("no process of rank " << r);
+    return 0;
+  }
+
+  void exit(uint32_t id, int32_t code) {
+    caf::anon_send(job, exited_atom::value, rank_exit{id, "fake", code, 0, {}, {}});
+    log.workers.erase(id);
+    sched.run();
+  }
+
+  bool job_ended() {
+    caf::scoped_actor self{sys};
+    self->monitor(job);
+    sched.run();
+    bool down = false;
+    self->receive([&](caf::down_msg&) { down = true; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    return down;
+  }
+};
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture,
+                  "static job: every rank launched with its place; all exit 0, job exits 0") {
+  start(3);
+  REQUIRE(log.envs.size() == 3);
+  for (int r = 0; r < 3; ++r) {
+    auto& env = log.envs[slot_of_rank(r)];
+    CHECK(std::count(env.begin(), env.end(), "HOROVOD_SIZE=3") == 1);
+    CHECK(std::count(env.begin(), env.end(), "HOROVOD_LOCAL_RANK=" + std::to_string(r)) == 1);
+    CHECK(std::count(env.begin(), env.end(), "MASTER_PORT=4242") == 1); // --torch-store off
+    CHECK(std::count(env.begin(), env.end(), "HOROVOD_ELASTIC=1") == 0);
+  }
+  for (int r = 0; r < 3; ++r)
+    exit(slot_of_rank(r), 0);
+  CHECK(job_ended());
+  CHECK(result->exit_code == 0);
+  CHECK(log.terminates == 0);
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "static job fails fast: the first failure stops the rest, its code wins") {
+  start(3);
+  exit(slot_of_rank(1), 3);
+  CHECK(log.terminates == 1); // SIGTERM to the others at once
+  CHECK(log.signals[slot_of_rank(0)] == std::vector<int32_t>{SIGTERM});
+  CHECK(job_ended());
+  CHECK(result->exit_code == 3); // not the SIGTERMed ranks' 143
+}
+
+TEST_CASE_FIXTURE(fixture, "static teardown escalates to SIGKILL for ranks that trap SIGTERM") {
+  log.ignore_sigterm = true;
+  start(2, std::chrono::milliseconds(1000));
+  auto r0 = slot_of_rank(0);
+  exit(slot_of_rank(1), 5);
+  CHECK(log.signals[r0] == std::vector<int32_t>{SIGTERM});
+  CHECK_FALSE(job_ended());
+  sched.trigger_timeout(); // the grace period passes (the earliest timeout)
+  sched.run();
+  CHECK(log.signals[r0] == std::vector<int32_t>{SIGTERM, SIGKILL});
+  CHECK(job_ended());
+  CHECK(result->exit_code == 5);
+}
+
+TEST_CASE_FIXTURE(fixture, "static start has one deadline that names what it waited for") {
+  log.answer_node_info = false;
+  start(2);
+  CHECK(log.envs.empty());
+  CHECK_FALSE(job_ended());
+  sched.trigger_timeouts(); // --start-timeout passes (virtual time)
+  sched.run();
+  CHECK(job_ended());
+  CHECK(result->exit_code == 1);
+}
