@@ -1214,20 +1214,22 @@ private:
     reconsider();
   }
 
+  // The join deadline of a slot of the forming generation that has not voted yet.
+  join_deadline deadline_of(const std::string& key) {
+    auto* s = current(key);
+    return s ? deadline_for(gen_, process_of(*s), job_.start_timeout, ec_.elastic_timeout)
+             : join_deadline{};
+  }
+
   // Arms one check for the earliest join deadline of the forming generation (fresh
   // processes: --start-timeout; processes that hold state: --elastic-timeout).
   void schedule_barrier_check() {
     if (gen_.released || done_)
       return;
     std::optional<clock_type::time_point> next;
-    for (auto& key : gen_.missing()) {
-      auto* s = current(key);
-      if (!s)
-        continue;
-      auto d = deadline_for(gen_, process_of(*s), job_.start_timeout, ec_.elastic_timeout);
-      if (d.kind != deadline_kind::none && (!next || d.at < *next))
+    for (auto& key : gen_.missing())
+      if (auto d = deadline_of(key); d.kind != deadline_kind::none && (!next || d.at < *next))
         next = d.at;
-    }
     if (!next || (barrier_check_ && *barrier_check_ <= *next))
       return;
     barrier_check_ = next;
@@ -1244,15 +1246,12 @@ private:
     std::vector<std::string> fresh, carrying;
     std::set<std::string> bad_hosts;
     for (auto& key : gen_.missing()) {
-      auto* s = current(key);
-      if (!s)
-        continue;
-      auto d = deadline_for(gen_, process_of(*s), job_.start_timeout, ec_.elastic_timeout);
+      auto d = deadline_of(key);
       if (d.kind == deadline_kind::none || now < d.at)
         continue;
       auto name = fmt::format("rank {} ({})", gen_.rows.at(key).rank, key);
       (d.kind == deadline_kind::fresh ? fresh : carrying).push_back(name);
-      bad_hosts.insert(s->endpoint);
+      bad_hosts.insert(current(key)->endpoint);
     }
     if (bad_hosts.empty())
       return schedule_barrier_check();

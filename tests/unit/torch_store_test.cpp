@@ -60,14 +60,19 @@ struct client {
     std::memcpy(&out, r.data(), 8);
     return out;
   }
+  // Type codes of the dialect (torch 1.13's by default).
+  char set_type = '\x00', get_type = '\x02', wait_type = '\x05';
+  bool wait_before_get = false; // torch 2.x's client WAITs on the key first
   void set(const std::string& k, const std::string& v) {
-    std::string q(1, '\x00');
+    std::string q(1, set_type);
     str(q, k);
     str(q, v);
     send(q);
   }
   std::string get(const std::string& k) {
-    std::string q(1, '\x02');
+    if (wait_before_get)
+      CHECK(keys_query(wait_type, k) == std::string(1, '\x00'));
+    std::string q(1, get_type);
     str(q, k);
     send(q);
     auto len = recv(8);
@@ -121,6 +126,10 @@ namespace {
 // A torch 2.2+ client: VALIDATE then (2.5+) PING on connect, SET=1, GET=3, WAIT=6.
 struct client2 : client {
   explicit client2(uint16_t port) : client(port) {
+    set_type = '\x01';
+    get_type = '\x03';
+    wait_type = '\x06';
+    wait_before_get = true;
     std::string q(1, '\x00');
     put<uint32_t>(q, 0x3C85F7CE);
     q.push_back('\x0d');
@@ -132,22 +141,6 @@ struct client2 : client {
     std::memcpy(&n, nonce.data(), 4);
     CHECK(n == 4242);
   }
-  void set2(const std::string& k, const std::string& v) {
-    std::string q(1, '\x01');
-    str(q, k);
-    str(q, v);
-    send(q);
-  }
-  std::string get2(const std::string& k) {
-    CHECK(keys_query('\x06', k) == std::string(1, '\x00')); // torch WAITs before a GET
-    std::string q(1, '\x03');
-    str(q, k);
-    send(q);
-    auto len = recv(8);
-    uint64_t n = 0;
-    std::memcpy(&n, len.data(), 8);
-    return recv(n);
-  }
 };
 
 } // namespace
@@ -157,11 +150,11 @@ TEST_CASE("torch store over sockets: a 2.x and a 1.13 client in one store") {
   client2 modern{srv.port()};
   client legacy{srv.port()};
   legacy.set("/from113", "a");
-  CHECK(modern.get2("/from113") == "a");
+  CHECK(modern.get("/from113") == "a");
   std::string waited;
   std::thread t{[&] { waited = legacy.keys_query('\x05', "/from2x"); }};
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  modern.set2("/from2x", "b");
+  modern.set("/from2x", "b");
   t.join();
   CHECK(waited == std::string(1, '\x00'));
   CHECK(legacy.get("/from2x") == "b");
@@ -177,8 +170,8 @@ TEST_CASE("torch store over sockets: a pending wait is cancelled on the same con
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   c.send(std::string(1, '\x0c')); // CANCEL_WAIT, as torch's client sends on its timeout
   CHECK(c.recv(1) == std::string(1, '\x01'));
-  c.set2("/after", "ok"); // the connection goes on
-  CHECK(c.get2("/after") == "ok");
+  c.set("/after", "ok"); // the connection goes on
+  CHECK(c.get("/after") == "ok");
 }
 
 TEST_CASE("torch store over sockets: a protocol violation is reported and closes that client") {
@@ -194,8 +187,8 @@ TEST_CASE("torch store over sockets: a protocol violation is reported and closes
     CHECK(bad.recv(1).empty());
   }
   client2 good{srv.port()};
-  good.set2("/k", "v");
-  CHECK(good.get2("/k") == "v");
+  good.set("/k", "v");
+  CHECK(good.get("/k") == "v");
   std::lock_guard<std::mutex> g{m};
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].find("query type 99") != std::string::npos);
@@ -205,8 +198,8 @@ TEST_CASE("torch store over sockets: a protocol violation is reported and closes
 TEST_CASE("torch store over sockets: clear() starts a fresh key space") {
   torch_store_server srv{"127.0.0.1", 0};
   client2 c{srv.port()};
-  c.set2("/gen1", "x");
-  CHECK(c.get2("/gen1") == "x");
+  c.set("/gen1", "x");
+  CHECK(c.get("/gen1") == "x");
   srv.clear();
   CHECK(c.keys_query('\x05', "/gen1") == std::string(1, '\x01')); // CHECK: NOT_READY
 }
