@@ -48,6 +48,7 @@ struct job_config {
   std::string output_dir;                      // --output-filename
   std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
+  bool prefix_timestamp = false; // --prefix-output-with-timestamp
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
   torch_store_mode torch_store = torch_store_mode::automatic;
   std::optional<elastic_config> elastic; // set: hosts come from discovery, not `hosts`

@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <utility>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -1587,7 +1588,10 @@ private:
 
   void print_output(const output_batch& b) {
     auto* s = slot_by_id(b.rank);
-    write_lines(b.stream == 1 ? 2 : 1, b.lines, output_tag(s ? s->rank : -1, b.stream));
+    auto tag = output_tag(s ? s->rank : -1, b.stream);
+    if (job_.prefix_timestamp) // horovodrun's format: the arrival time before the tag
+      tag = fmt::format("{:%a %b %d %H:%M:%S %Y}{}", fmt::localtime(std::time(nullptr)), tag);
+    write_lines(b.stream == 1 ? 2 : 1, b.lines, tag);
     if (!s || job_.output_dir.empty())
       return;
     open_outputs(s->key);

@@ -169,13 +169,49 @@ void exit_watchdog(int code) {
   }}.detach();
 }
 
-// Splits argv at the first "--": options before, the command after.
-std::pair<std::vector<std::string>, std::vector<std::string>> split_command(int argc, char** argv) {
+// Splits argv into caf-hvd's options and the command: the command starts at "--" or at
+// the first argument that is neither an option nor an option's value, so
+// `caf-hvd run -np 2 python3 train.py --lr 0.1` passes `--lr 0.1` to the program.
+std::pair<std::vector<std::string>, std::vector<std::string>>
+split_command(int argc, char** argv, const po::options_description& desc) {
   std::vector<std::string> opts, cmd;
+  auto lookup = [&](const std::string& token) -> const po::option_description* {
+    auto name = token.substr(token.find_first_not_of('-'));
+    name = name.substr(0, name.find('='));
+    if (auto* d = desc.find_nothrow(name, false, false, false))
+      return d; // --name, or -name (long options may be written with one dash)
+    if (token.size() >= 2 && token[1] != '-')
+      return desc.find_nothrow(token.substr(0, 2), false, false, false); // -x
+    return nullptr;
+  };
   int i = 2;
-  for (; i < argc && std::string_view{argv[i]} != "--"; ++i)
-    opts.emplace_back(argv[i]);
-  for (++i; i < argc; ++i)
+  for (; i < argc; ++i) {
+    std::string token = argv[i];
+    if (token == "--") {
+      ++i;
+      break;
+    }
+    if (token.size() < 2 || token[0] != '-')
+      break; // the command
+    opts.push_back(token);
+    auto* d = lookup(token);
+    if (!d || token.find('=') != std::string::npos)
+      continue; // unknown options are reported by the parser
+    bool short_with_value = token.size() > 2 && token[1] != '-' && d->long_name().empty();
+    if (short_with_value)
+      continue; // -xVALUE
+    auto max = d->semantic()->max_tokens();
+    for (unsigned n = 0; n < max && i + 1 < argc; ++n) {
+      std::string next = argv[i + 1];
+      // Multi-value options (the cooldown range) take numbers only.
+      bool number = !next.empty() && next.find_first_not_of("0123456789.") == std::string::npos;
+      if (n > 0 && !number)
+        break;
+      opts.push_back(next);
+      ++i;
+    }
+  }
+  for (; i < argc; ++i)
     cmd.emplace_back(argv[i]);
   return {opts, cmd};
 }
@@ -216,7 +252,7 @@ int run_node(int argc, char** argv) {
       "bind", po::value(&bind), "address to listen on; default: every interface")(
       "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
       "insecure", "admit any driver without TLS (trusted networks only)");
-  auto [args, rest] = split_command(argc, argv);
+  auto [args, rest] = split_command(argc, argv, desc);
   if (!rest.empty())
     throw usage_error("caf-hvd node takes no command");
   auto vm = parse(args, desc);
@@ -293,64 +329,118 @@ int run_node(int argc, char** argv) {
 // -- driver and run ------------------------------------------------------------------
 
 struct job_options {
-  po::options_description desc;
+  po::options_description desc;    // everything the parser knows
+  po::options_description visible; // what --help shows
   int np = 0;
   double start_timeout = 30, kill_grace = 5;
   std::string output_dir, hosts, hostfile, nics, cluster, torch_store = "auto";
   std::vector<std::string> env;
   std::vector<std::string> command;
+  // horovodrun's and torchrun's spellings
+  int gloo_timeout = 0, cycle_time_ms = 0, cache_capacity = -1;
+  double fusion_threshold_mb = -1;
+  std::string log_level, timeline;
   // elastic (driver only)
   std::string discovery_script;
   int min_np = 0, max_np = 0, reset_limit = -1, slots_per_host = 0;
   double elastic_timeout = 600, discovery_interval = 1;
   std::vector<double> cooldown;
 
-  job_options(const std::string& title, bool with_hosts) : desc{title} {
-    desc.add_options()("help,h", "show this help")(
-        "np", po::value(&np), "number of ranks (elastic: the initial minimum)")(
+  job_options(const std::string& title, bool with_hosts) : desc{title}, visible{title} {
+    po::options_description job{"the job"}, hosts_opts{"hosts"}, elastic{"elastic jobs"},
+        output{"output"}, net{"networking"}, torch{"torch.distributed"},
+        compat{"horovodrun and torchrun spellings"}, hidden;
+    job.add_options()("help,h", "show this help")("np", po::value(&np),
+                                                  "number of ranks (elastic: the initial minimum)")(
         "start-timeout", po::value(&start_timeout)->default_value(30),
         "seconds for every rank to be placed and started")(
         "kill-grace-seconds", po::value(&kill_grace)->default_value(5),
         "seconds between SIGTERM and SIGKILL when a job is stopped")(
-        "output-filename", po::value(&output_dir),
-        "also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr")(
         "env", po::value(&env)->composing(), "KEY=VALUE added to every rank (repeatable)")(
-        "network-interface", po::value(&nics),
-        "NAME[,NAME...]: use only these interfaces between hosts")(
-        "verbose", "print each phase of the job with timings")(
+        "verbose", "print each step of the job with timings");
+    hosts_opts.add_options()("hosts,H", po::value(&hosts),
+                             with_hosts ? "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated"
+                                        : "HOST:SLOTS naming this machine only (e.g. "
+                                          "localhost:4; -np defaults to the slots)")(
+        "hostfile", po::value(&hostfile),
+        with_hosts ? "file of 'HOST[:PORT] slots=N' lines" : "a hostfile naming this machine only");
+    if (with_hosts)
+      hosts_opts.add_options()("cluster-dir", po::value(&cluster),
+                               "the cluster's credentials (see 'caf-hvd cluster init')")(
+          "insecure", "talk to node agents without TLS (trusted networks only)");
+    output.add_options()(
+        "output-filename", po::value(&output_dir),
+        "also write each slot's output to DIR/HOST:LOCAL_RANK/{stdout,stderr}, with DIR/rank.N "
+        "linking to the slot of rank N")("prefix-output-with-timestamp",
+                                         "prefix every output line with the time it arrived");
+    net.add_options()("network-interface", po::value(&nics),
+                      "NAME[,NAME...]: use only these interfaces between hosts");
+    torch.add_options()(
         "torch-store", po::value(&torch_store)->default_value("auto"),
         "auto|on|off: serve torch's TCPStore at MASTER_PORT as torchrun does (auto: a client "
         "it cannot serve is reported; on: that also fails the job; off: MASTER_PORT is a free "
         "port for rank 0's own store)")("free-master-port", "the same as --torch-store off");
     if (with_hosts)
-      desc.add_options()("hosts,H", po::value(&hosts),
-                         "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
-          "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines")(
-          "cluster-dir", po::value(&cluster),
-          "the cluster's credentials (see 'caf-hvd cluster init')")(
-          "insecure", "talk to node agents without TLS (trusted networks only)");
-    if (with_hosts)
-      desc.add_options()("host-discovery-script", po::value(&discovery_script),
-                         "elastic job: executable printing the available hosts, one "
-                         "HOST, HOST:SLOTS or HOST:PORT:SLOTS per line")(
-          "min-np", po::value(&min_np), "elastic: fewest ranks to run with (default: -np)")(
-          "max-np", po::value(&max_np), "elastic: most ranks to run with (default: all slots)")(
+      elastic.add_options()("host-discovery-script", po::value(&discovery_script),
+                            "executable printing the available hosts, one HOST, HOST:SLOTS or "
+                            "HOST:PORT:SLOTS per line")("min-np", po::value(&min_np),
+                                                        "fewest ranks to run with (default: -np)")(
+          "max-np", po::value(&max_np), "most ranks to run with (default: all slots)")(
           "slots-per-host", po::value(&slots_per_host),
-          "elastic: slots of a discovered host that prints no slot count")(
+          "slots of a discovered host that prints no slot count")(
           "elastic-timeout", po::value(&elastic_timeout),
-          "elastic: seconds to wait for --min-np slots (default: $HOROVOD_ELASTIC_TIMEOUT or "
-          "600)")("reset-limit", po::value(&reset_limit),
-                  "elastic: stop the job after this many resets (default: no limit)")(
+          "seconds to wait for --min-np slots, and for a rank that holds the job's state to "
+          "re-join (default: $HOROVOD_ELASTIC_TIMEOUT or 600)")(
+          "reset-limit", po::value(&reset_limit),
+          "stop the job after this many resets (default: no limit)")(
           "blacklist-cooldown-range", po::value(&cooldown)->multitoken(),
-          "elastic: LOW HIGH seconds; a failed host returns after LOW*2^failures+jitter, "
-          "clamped to [LOW, HIGH] (default: never)")(
-          "discovery-interval", po::value(&discovery_interval)->default_value(1),
-          "elastic: seconds between runs of the discovery script");
-    desc.add_options()("command", po::value(&command)->composing(), "the command to run");
+          "LOW HIGH seconds; a failed host returns after LOW*2^failures+jitter, clamped to "
+          "[LOW, HIGH] (default: never)")("discovery-interval",
+                                          po::value(&discovery_interval)->default_value(1),
+                                          "seconds between runs of the discovery script");
+    compat.add_options()("num-proc", po::value(&np), "= -np (horovodrun)")(
+        "network-interfaces", po::value(&nics), "= --network-interface (horovodrun)")(
+        "gloo-timeout-seconds", po::value(&gloo_timeout),
+        "sets HOROVOD_GLOO_TIMEOUT_SECONDS for the ranks (horovodrun)")(
+        "log-level", po::value(&log_level),
+        "TRACE|DEBUG|INFO|WARNING|ERROR|FATAL: HOROVOD_LOG_LEVEL for the ranks; TRACE and "
+        "DEBUG also turn on --verbose (horovodrun)")("timeline-filename", po::value(&timeline),
+                                                     "sets HOROVOD_TIMELINE (horovodrun)")(
+        "autotune", "sets HOROVOD_AUTOTUNE=1 (horovodrun)")(
+        "fusion-threshold-mb", po::value(&fusion_threshold_mb),
+        "sets HOROVOD_FUSION_THRESHOLD (horovodrun)")("cycle-time-ms", po::value(&cycle_time_ms),
+                                                      "sets HOROVOD_CYCLE_TIME (horovodrun)")(
+        "cache-capacity", po::value(&cache_capacity),
+        "sets HOROVOD_CACHE_CAPACITY (horovodrun)")("gloo", "accepted: Gloo is the controller")(
+        "disable-cache", "accepted: caf-hvd caches nothing between jobs")(
+        "ssh-port,p", po::value<int>(), "not supported: start `caf-hvd node` on each host")(
+        "ssh-identity-file,i", po::value<std::string>(),
+        "not supported: start `caf-hvd node` on each host")("mpi", "not supported: Gloo only")(
+        "jsrun", "not supported: Gloo only");
+    if (!with_hosts)
+      compat.add_options()("nproc-per-node", po::value(&np), "= -np (torchrun)")(
+          "nproc_per_node", po::value(&np), "= -np (torchrun)");
+    hidden.add_options()("command", po::value(&command)->composing(), "the command to run");
+    visible.add(job).add(hosts_opts);
+    if (with_hosts)
+      visible.add(elastic);
+    visible.add(output).add(net).add(torch).add(compat);
+    desc.add(visible).add(hidden);
+  }
+  void print_help(std::ostream& os, const std::string& title) const {
+    os << title << "\n" << visible << "\n";
   }
 };
 
 // Validates the elastic flags (horovodrun's names and rules, with clearer errors).
+// -np, or one of its horovodrun/torchrun spellings.
+bool np_given(const po::variables_map& vm) {
+  for (auto name : {"np", "num-proc", "nproc-per-node", "nproc_per_node"})
+    if (vm.count(name))
+      return true;
+  return false;
+}
+
 elastic_config elastic_options(const job_options& o, const po::variables_map& vm) {
   elastic_config ec;
   if (!o.hosts.empty() || !o.hostfile.empty())
@@ -367,10 +457,10 @@ elastic_config elastic_options(const job_options& o, const po::variables_map& vm
     throw usage_error(fmt::format("--host-discovery-script {}: not an executable file (chmod +x "
                                   "it, and start it with #!/bin/sh or similar)",
                                   ec.discovery_script));
-  ec.min_np = vm.count("min-np") ? o.min_np : vm.count("np") ? o.np : 1;
+  ec.min_np = vm.count("min-np") ? o.min_np : np_given(vm) ? o.np : 1;
   if (ec.min_np < 1)
     throw usage_error(fmt::format("--min-np {}: need at least 1 rank", ec.min_np));
-  if (vm.count("np") && vm.count("min-np") && o.np < o.min_np)
+  if (np_given(vm) && vm.count("min-np") && o.np < o.min_np)
     throw usage_error(fmt::format("-np {} is below --min-np {}", o.np, o.min_np));
   if (vm.count("max-np")) {
     if (o.max_np < ec.min_np)
@@ -416,20 +506,56 @@ elastic_config elastic_options(const job_options& o, const po::variables_map& vm
   return ec;
 }
 
+// `caf-hvd run -H localhost:4` or a hostfile: every host must be this machine; the
+// ranks are at most (and by default) the slots given.
+int local_slots(const job_options& o, std::optional<int> np) {
+  std::vector<host_spec> hs;
+  try {
+    if (!o.hosts.empty() && !o.hostfile.empty())
+      throw usage_error("give -H or --hostfile, not both");
+    if (!o.hosts.empty()) {
+      hs = parse_host_list(o.hosts);
+    } else {
+      std::ifstream in{o.hostfile};
+      if (!in)
+        throw usage_error(fmt::format("cannot open hostfile {}", o.hostfile));
+      hs = parse_hostfile(in, o.hostfile);
+    }
+  } catch (const spec_error& e) {
+    throw usage_error(e.what());
+  }
+  long total = 0;
+  for (auto& h : hs) {
+    std::string error;
+    auto addr = h.host == this_hostname() ? std::optional<std::string>{"127.0.0.1"}
+                                          : resolve_ipv4(h.host, &error);
+    if (!addr || !is_loopback_address(*addr))
+      throw usage_error(fmt::format("caf-hvd run runs on this machine only, and '{}' is not "
+                                    "this machine; run the job with caf-hvd driver and a "
+                                    "node agent on each host",
+                                    h.host));
+    total += h.slots;
+  }
+  if (np && *np > total)
+    throw usage_error(fmt::format("-np {} exceeds the {} slots given", *np, total));
+  return np ? *np : static_cast<int>(total);
+}
+
 int run_job(int argc, char** argv, bool embedded) {
   auto title = embedded ? std::string{"caf-hvd run: run a whole job on this machine.\n\n"
-                                      "usage: caf-hvd run -np N [options] -- COMMAND [ARGS...]\n\n"
-                                      "options"}
+                                      "usage: caf-hvd run -np N [options] [--] COMMAND [ARGS...]\n"
+                                      "The command starts at the first argument that is not an "
+                                      "option; everything after it is the program's.\n"}
                         : std::string{"caf-hvd driver: run a job across node agents.\n\n"
                                       "usage: caf-hvd driver -np N (-H SPEC,... | --hostfile FILE) "
-                                      "[options] -- COMMAND [ARGS...]\n"
+                                      "[options] [--] COMMAND [ARGS...]\n"
                                       "       caf-hvd driver --host-discovery-script PATH "
-                                      "[--min-np N] [--max-np N] [options] -- COMMAND\n\noptions"};
-  job_options o{title, !embedded};
-  auto [args, cmd] = split_command(argc, argv);
+                                      "[--min-np N] [--max-np N] [options] [--] COMMAND\n"};
+  job_options o{"options", !embedded};
+  auto [args, cmd] = split_command(argc, argv, o.desc);
   if (std::find(args.begin(), args.end(), "--help") != args.end()
       || std::find(args.begin(), args.end(), "-h") != args.end()) {
-    std::cout << o.desc << "\n";
+    o.print_help(std::cout, title);
     return 0;
   }
   po::positional_options_description pos;
@@ -454,7 +580,52 @@ int run_job(int argc, char** argv, bool embedded) {
     job.torch_store = torch_store_mode::off;
   }
   if (o.command.empty())
-    throw usage_error("no command given: put it after '--', e.g. caf-hvd run -np 2 -- hostname");
+    throw usage_error("no command given, e.g. caf-hvd run -np 2 hostname");
+  for (auto flag : {"ssh-port", "ssh-identity-file"})
+    if (vm.count(flag))
+      throw usage_error(fmt::format("--{} is not supported: caf-hvd does not start node agents "
+                                    "over ssh; start `caf-hvd node` on each host",
+                                    flag));
+  for (auto flag : {"mpi", "jsrun"})
+    if (vm.count(flag))
+      throw usage_error(fmt::format("--{} is not supported: caf-hvd runs Gloo jobs only", flag));
+  // horovodrun's tunables are environment variables of the ranks
+  auto horovod_env = [&](const char* key, const std::string& value) {
+    o.env.push_back(fmt::format("{}={}", key, value));
+  };
+  if (vm.count("gloo-timeout-seconds")) {
+    if (o.gloo_timeout < 1)
+      throw usage_error("--gloo-timeout-seconds must be at least 1");
+    horovod_env("HOROVOD_GLOO_TIMEOUT_SECONDS", std::to_string(o.gloo_timeout));
+  }
+  if (vm.count("log-level")) {
+    static const std::vector<std::string> levels{"TRACE",   "DEBUG", "INFO",
+                                                 "WARNING", "ERROR", "FATAL"};
+    std::string level = o.log_level;
+    std::transform(level.begin(), level.end(), level.begin(), ::toupper);
+    if (std::find(levels.begin(), levels.end(), level) == levels.end())
+      throw usage_error(fmt::format("--log-level '{}': expected one of TRACE, DEBUG, INFO, "
+                                    "WARNING, ERROR, FATAL",
+                                    o.log_level));
+    horovod_env("HOROVOD_LOG_LEVEL", level);
+    if (level == "TRACE" || level == "DEBUG")
+      job.verbose = true;
+  }
+  if (vm.count("timeline-filename"))
+    horovod_env("HOROVOD_TIMELINE", o.timeline);
+  if (vm.count("autotune"))
+    horovod_env("HOROVOD_AUTOTUNE", "1");
+  if (vm.count("fusion-threshold-mb")) {
+    if (!(o.fusion_threshold_mb >= 0))
+      throw usage_error("--fusion-threshold-mb must not be negative");
+    horovod_env("HOROVOD_FUSION_THRESHOLD",
+                std::to_string(static_cast<long long>(o.fusion_threshold_mb * 1024 * 1024)));
+  }
+  if (vm.count("cycle-time-ms"))
+    horovod_env("HOROVOD_CYCLE_TIME", std::to_string(o.cycle_time_ms));
+  if (vm.count("cache-capacity"))
+    horovod_env("HOROVOD_CACHE_CAPACITY", std::to_string(o.cache_capacity));
+  job.prefix_timestamp = vm.count("prefix-output-with-timestamp") > 0;
   bool elastic = vm.count("host-discovery-script") > 0;
   for (auto flag : {"min-np", "max-np", "slots-per-host", "elastic-timeout", "reset-limit",
                     "blacklist-cooldown-range"})
@@ -462,9 +633,9 @@ int run_job(int argc, char** argv, bool embedded) {
       throw usage_error(fmt::format("--{} belongs to elastic jobs: give --host-discovery-script "
                                     "too",
                                     flag));
-  if (!elastic && !vm.count("np"))
+  if (!elastic && !np_given(vm) && !(embedded && (!o.hosts.empty() || !o.hostfile.empty())))
     throw usage_error("-np is required: the number of ranks");
-  if (vm.count("np") && o.np < 1)
+  if (np_given(vm) && o.np < 1)
     throw usage_error(fmt::format("-np {}: need at least 1 rank", o.np));
   if (!(o.start_timeout > 0))
     throw usage_error("--start-timeout must be a positive number of seconds");
@@ -478,6 +649,8 @@ int run_job(int argc, char** argv, bool embedded) {
     }
   }
   if (embedded) {
+    if (!o.hosts.empty() || !o.hostfile.empty())
+      o.np = local_slots(o, np_given(vm) ? std::optional<int>{o.np} : std::nullopt);
     job.hosts = {host_spec{"localhost", 0, static_cast<uint32_t>(o.np)}};
   } else if (elastic) {
     job.elastic = elastic_options(o, vm);

@@ -547,6 +547,63 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
                           f"cannot listen on 127.0.0.1:{port}: Address already in use")
         self.assert_fails(["node", "--port", "70000"], 2, "--port 70000 is out of range")
 
+    def test_command_line_as_horovodrun_and_torchrun_users_type_it(self):
+        # The command starts at the first non-option; its own options are the program's.
+        rc, out, err = self.c.run(["run", "-np", "2", "sh", "-c", "echo $HOROVOD_RANK"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(l[0] for l in rank_lines(out).values()), ["0", "1"])
+        rc, out, err = self.c.run(["run", "-np", "2", "/usr/bin/python3", "-c", "print(1)"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rank_lines(out), {0: ["1"], 1: ["1"]})
+        rc, out, err = self.c.run(["run", "-np", "1", "sh", "-c", 'echo "$@"', "x", "--lr", "0.1",
+                                   "-np", "5"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rank_lines(out)[0], ["--lr 0.1 -np 5"])
+        # Every alias behaves as its canonical flag.
+        def env_of(*flags):
+            rc, out, err = self.c.run(["run", *flags, "env"])
+            self.assertEqual(rc, 0, err)
+            return rank_envs(out)
+        canonical = env_of("-np", "2", "--network-interface", "lo")
+        for flags in (["--num-proc", "2", "--network-interfaces", "lo"],
+                      ["--nproc-per-node", "2", "--network-interface", "lo"],
+                      ["--nproc_per_node=2", "--network-interface", "lo"],
+                      ["-H", "localhost:2", "--network-interface", "lo"]):
+            envs = env_of(*flags)
+            self.assertEqual(sorted(envs), sorted(canonical), flags)
+            for key in ("WORLD_SIZE", "HOROVOD_SIZE", "HOROVOD_GLOO_IFACE", "LOCAL_WORLD_SIZE"):
+                self.assertEqual(envs[0][key], canonical[0][key], (flags, key))
+        envs = env_of("-np", "1", "--gloo-timeout-seconds", "7", "--log-level", "warning",
+                      "--timeline-filename", "/tmp/tl.json", "--autotune",
+                      "--fusion-threshold-mb", "2", "--cycle-time-ms", "3",
+                      "--cache-capacity", "4", "--gloo", "--disable-cache")
+        for key, value in (("HOROVOD_GLOO_TIMEOUT_SECONDS", "7"), ("HOROVOD_LOG_LEVEL", "WARNING"),
+                           ("HOROVOD_TIMELINE", "/tmp/tl.json"), ("HOROVOD_AUTOTUNE", "1"),
+                           ("HOROVOD_FUSION_THRESHOLD", str(2 * 1024 * 1024)),
+                           ("HOROVOD_CYCLE_TIME", "3"), ("HOROVOD_CACHE_CAPACITY", "4")):
+            self.assertEqual(envs[0][key], value, key)
+        rc, out, err = self.c.run(["run", "-np", "1", "--log-level", "debug", "true"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("caf-hvd [", err)  # DEBUG also turns on --verbose
+        rc, out, err = self.c.run(["run", "-np", "2", "--prefix-output-with-timestamp", "echo",
+                                   "hi"])
+        self.assertEqual(rc, 0, err)
+        for line in out.splitlines():
+            self.assertRegex(line, r"^\w{3} \w{3} \d\d \d\d:\d\d:\d\d \d{4}\[\d\]<stdout>:hi$")
+        # What caf-hvd does not do is said, with what to do instead.
+        self.assert_fails(["run", "-H", "node9.invalid:2", "true"], 2, "runs on this machine only")
+        self.assert_fails(["run", "-H", "localhost:2", "-np", "3", "true"], 2,
+                          "-np 3 exceeds the 2 slots given")
+        self.assert_fails(["run", "-np", "1", "-p", "22", "true"], 2,
+                          "--ssh-port is not supported", "start `caf-hvd node` on each host")
+        self.assert_fails(["run", "-np", "1", "--mpi", "true"], 2, "--mpi is not supported")
+        self.assert_fails(["run", "-np", "1", "--log-level", "LOUD", "true"], 2,
+                          "--log-level 'LOUD': expected one of")
+        rc, out, _ = self.c.run(["run", "--help"])
+        for group in ("the job:", "hosts:", "output:", "networking:", "torch.distributed:",
+                      "horovodrun and torchrun spellings:"):
+            self.assertIn(group, out)
+
     def test_unreachable_node(self):
         dead = free_port()
         t0 = time.monotonic()
