@@ -49,6 +49,7 @@ struct job_config {
   std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
   bool prefix_timestamp = false; // --prefix-output-with-timestamp
+  std::string events_file;        // --events: the job's event log (JSON lines)
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
   torch_store_mode torch_store = torch_store_mode::automatic;
   std::optional<elastic_config> elastic; // set: hosts come from discovery, not `hosts`

@@ -43,6 +43,7 @@
 #include "actors/driver_util.hpp"
 #include "actors/node_actors.hpp"
 #include "runtime/env.hpp"
+#include "runtime/event_log.hpp"
 #include "runtime/generation.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
@@ -126,10 +127,32 @@ public:
     started_ = clock_type::now();
     job_id_ = make_job_id();
     set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
-    if (elastic_)
+    if (!job_.events_file.empty()) {
+      try {
+        events_ = event_log{job_.events_file};
+      } catch (const std::exception& e) {
+        say("warning: {}", e.what());
+      }
+    }
+    nlohmann::json start{
+        {"kind", elastic_ ? "elastic" : "static"}, {"command", job_.command}, {"np", job_.np}};
+    if (elastic_) {
+      start["discovery_script"] = ec_.discovery_script;
+      start["min_np"] = ec_.min_np;
+      start["max_np"] = ec_.max_np ? nlohmann::json(*ec_.max_np) : nlohmann::json();
+    } else {
+      std::vector<std::string> hs;
+      for (auto& h : job_.hosts)
+        hs.push_back(job_.embedded ? std::string{"localhost"} : h.endpoint());
+      start["hosts"] = hs;
+    }
+    events_.emit("job.start", start);
+    if (elastic_) {
       send(this, discover_atom::value);
-    else
+    } else {
+      phase("connect");
       start_fixed_hosts();
+    }
     return {
         [this](output_atom, output_batch& b) -> caf::result<caf::ok_atom> {
           print_output(b);
@@ -182,6 +205,15 @@ private:
   }
 
   std::string describe(const caf::error& e) { return system().render(e); }
+
+  // Static jobs' phases in the event log: each ends when the next begins.
+  void phase(const char* name) {
+    if (!phase_.empty())
+      events_.emit("phase.end", {{"phase", phase_}});
+    phase_ = name;
+    if (!phase_.empty())
+      events_.emit("phase.begin", {{"phase", phase_}});
+  }
 
   eslot* slot_by_id(uint32_t id) {
     auto it = slots_.find(id);
@@ -248,6 +280,14 @@ private:
       delayed_send(this, ec_.discovery_interval, discover_atom::value);
       return;
     }
+    {
+      std::vector<std::string> listed;
+      for (auto& spec : specs)
+        listed.push_back(spec.endpoint());
+      if (listed != last_listed_ || first)
+        events_.emit("discovery", {{"hosts", listed}});
+      last_listed_ = std::move(listed);
+    }
     listed_order_.clear();
     for (auto& [ep, h] : hosts_)
       h.listed = false;
@@ -279,6 +319,7 @@ private:
         h.blacklisted = false;
         h.cooldown_end.reset();
         say("host {} is back from its blacklist cooldown", h.label());
+        events_.emit("host.returned", {{"host", h.info.name}});
         if (h.listed && h.st != ehost::status::ready && h.st != ehost::status::connecting)
           connect_host(ep);
       }
@@ -408,6 +449,8 @@ private:
                                        fmt::format("it is the same node agent as {} (node id {})",
                                                    other, to_string(nid)));
               h.nid = nid;
+              events_.emit("host.connected",
+                           {{"host", ep}, {"address", h.address}, {"tls", job_.tls}});
               spawn_colocator(ep);
             },
             [this, ep](caf::error& e) {
@@ -483,6 +526,7 @@ private:
               for (auto& other : listed_order_)
                 if (!hosts_.at(other).has_info)
                   return;
+              phase("nic");
               choose_fixed_nics();
             },
             [this, ep](caf::error& e) {
@@ -711,6 +755,11 @@ private:
     h.last_warning.clear();
     log("host {} ready: {} slots, interfaces {}, reached at {}", h.label(), h.slots(),
         fmt::join(h.nics, ","), h.reach_address);
+    events_.emit("host.ready", {{"host", h.info.name},
+                                {"endpoint", job_.embedded ? std::string{"localhost"} : ep},
+                                {"address", h.reach_address},
+                                {"interfaces", h.nics},
+                                {"slots", elastic_ ? h.slots() : h.planned}});
     if (!server_ && !start_server(h))
       return;
     reconsider();
@@ -729,8 +778,10 @@ private:
     h.st = ehost::status::unusable;
     h.retry_at =
         clock_type::now() + std::max(ec_.discovery_interval, std::chrono::milliseconds(5000));
-    if (why != h.last_warning)
+    if (why != h.last_warning) {
       say("warning: discovered host {} is not used (trying again while it is listed): {}", ep, why);
+      events_.emit("host.unusable", {{"host", ep}, {"cause", why}});
+    }
     h.last_warning = why;
     reconsider();
   }
@@ -762,6 +813,7 @@ private:
       server_->set_update(0, "generation 0\nchange none\n");
     }
     log("rendezvous server on {}:{}", bind, server_->port());
+    events_.emit("rendezvous", {{"address", bind}, {"port", server_->port()}});
     // torch's store lives next to it for the whole job, so MASTER_ADDR/PORT outlive any
     // host; each released generation gets a fresh key space (torchrun starts a new store
     // for each restart).
@@ -776,6 +828,7 @@ private:
         return false;
       }
       log("torch store on {}:{}", bind, torch_store_->port());
+      events_.emit("torch_store", {{"address", bind}, {"port", torch_store_->port()}});
     }
     return true;
   }
@@ -967,6 +1020,21 @@ private:
                             std::count_if(gen_.plan.begin(), gen_.plan.end(),
                                           [&](auto& s) { return s.hostname == h.hostname; }));
     link_rank_outputs();
+    {
+      nlohmann::json plan = nlohmann::json::array();
+      for (auto& row : gen_.plan)
+        plan.push_back(
+            {{"rank", row.rank}, {"host", row.hostname}, {"local_rank", row.local_rank}});
+      if (!elastic_)
+        phase("launch");
+      events_.emit("generation.begin", {{"generation", gen_.number},
+                                        {"size", gen_.plan.size()},
+                                        {"hosts", gen_.hosts()},
+                                        {"added", added},
+                                        {"removed", removed},
+                                        {"reason", reason},
+                                        {"plan", plan}});
+    }
     if (elastic_) {
       server_->set_update(gen_.number, text);
       say("generation {}: {} ranks on {}{}{}{}", gen_.number, gen_.plan.size(), layout,
@@ -982,6 +1050,7 @@ private:
       gen_.released = true;
       released_gen_ = gen_.number;
       released_hosts_ = gen_.hosts();
+      events_.emit("generation.released", {{"generation", gen_.number}});
     }
     // New slots get processes; running ones learn their place through rank_and_size.
     for (size_t r = 0; r < gen_.plan.size() && !done_; ++r) {
@@ -1143,6 +1212,11 @@ private:
                 return;
               s->launched = true;
               log("rank {} ({}) started, pid {}", s->rank, s->key, pid);
+              events_.emit("rank.started", {{"rank", s->rank},
+                                            {"host", hosts_.at(s->endpoint).info.name},
+                                            {"slot", s->key},
+                                            {"pid", pid},
+                                            {"generation", gen_.number}});
               if (!elastic_ && !all_started_
                   && std::all_of(gen_.rows.begin(), gen_.rows.end(), [this](auto& r) {
                        auto* c = current(r.first);
@@ -1150,6 +1224,7 @@ private:
                      })) {
                 all_started_ = true;
                 log("all {} ranks started", gen_.plan.size());
+                phase("run");
               }
             },
             [this, id](caf::error& e) {
@@ -1294,6 +1369,7 @@ private:
     released_gen_ = gen_.number;
     released_hosts_ = gen_.hosts();
     server_->release(gen_.plan);
+    events_.emit("generation.released", {{"generation", gen_.number}});
     log("generation {} released: all {} ranks joined", gen_.number, gen_.plan.size());
   }
 
@@ -1308,6 +1384,20 @@ private:
     auto how = describe_exit(st, ex.stopped_by);
     s->exit_code = st.launcher_code();
     log("rank {} on {} ended: {}", s->rank, s->key, how);
+    {
+      nlohmann::json ended{{"rank", s->rank},
+                           {"host", hosts_.at(s->endpoint).info.name},
+                           {"slot", s->key},
+                           {"code", st.launcher_code()},
+                           {"signal", st.signal},
+                           {"generation", gen_.number},
+                           {"retired", s->retired || !is_current(*s) || !in_plan(s->key)}};
+      if (!st.exec_error.empty())
+        ended["exec_error"] = st.exec_error;
+      if (!ex.stopped_by.empty())
+        ended["stopped_by"] = ex.stopped_by;
+      events_.emit("rank.ended", ended);
+    }
     if (!is_current(*s)) {
       slots_.erase(ex.rank); // a replaced process: nothing refers to it any more
       return maybe_finish();
@@ -1367,6 +1457,7 @@ private:
   }
 
   void note_failure(const std::string& what) {
+    events_.emit("failure", {{"cause", what}});
     if (!first_failure_)
       first_failure_ = what;
     last_failure_ = what;
@@ -1384,8 +1475,14 @@ private:
       h.cooldown_end = clock_type::now() + delay;
       say("host {} is blacklisted for {:.1f} s (failure {})", h.info.name, delay.count() / 1000.0,
           h.failures);
+      events_.emit("host.blacklisted", {{"host", h.info.name},
+                                        {"failures", h.failures},
+                                        {"cooldown_seconds", delay.count() / 1000.0}});
     } else {
       say("host {} is blacklisted for the rest of the job", h.info.name);
+      events_.emit(
+          "host.blacklisted",
+          {{"host", h.info.name}, {"failures", h.failures}, {"cooldown_seconds", nullptr}});
     }
     // Its other ranks stop: SIGTERM now, SIGKILL after the grace period.
     for (auto& [id, s] : slots_) {
@@ -1417,6 +1514,7 @@ private:
                      : describe(dm.reason);
       bool was_ready = h.st == ehost::status::ready;
       h.st = ehost::status::lost;
+      events_.emit("host.lost", {{"host", h.info.name.empty() ? ep : h.info.name}, {"cause", why}});
       h.colocator = nullptr;
       bool had_ranks = false;
       for (auto& [id, s] : slots_) {
@@ -1495,6 +1593,7 @@ private:
     failure_ = msg;
     failure_said_ = true;
     say("error: {}", msg);
+    events_.emit("failure", {{"cause", msg}});
     teardown();
   }
 
@@ -1502,6 +1601,9 @@ private:
     if (done_)
       return;
     done_ = true;
+    if (!elastic_)
+      phase("");
+    events_.emit("phase.begin", {{"phase", "teardown"}});
     if (server_)
       for (auto& [key, id] : current_)
         server_->answer_slot(key, slot_not_in_job);
@@ -1580,6 +1682,13 @@ private:
     if (failure_ && !interrupted_ && !failure_said_)
       say("job failed: {}", *failure_);
     log("job ends with exit code {} after {} generations", code, gen_.number);
+    if (!elastic_ && !done_)
+      phase("");
+    if (done_)
+      events_.emit("phase.end", {{"phase", "teardown"}});
+    events_.emit("job.end", {{"code", code},
+                             {"generations", gen_.number},
+                             {"cause", failure_ ? nlohmann::json(*failure_) : nlohmann::json()}});
     result_->exit_code = code;
     quit();
   }
@@ -1645,8 +1754,11 @@ private:
   std::unique_ptr<torch_store_server> torch_store_;
   int store_problems_ = 0;
   output_acks output_acks_;
-  int master_port_ = 0;                 // --torch-store off: this generation's MASTER_PORT
-  std::vector<uint32_t> awaiting_port_; // slots whose launch waits for it
+  event_log events_;                     // --events FILE
+  std::string phase_;                    // static: the phase in the event log
+  std::vector<std::string> last_listed_; // the discovery output last logged
+  int master_port_ = 0;                  // --torch-store off: this generation's MASTER_PORT
+  std::vector<uint32_t> awaiting_port_;  // slots whose launch waits for it
 
   std::map<std::string, ehost> hosts_;      // by endpoint
   std::vector<std::string> listed_order_;   // endpoints in the latest discovery output's order

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <optional>
 #include <cstdio>
@@ -339,7 +340,7 @@ struct job_options {
   // horovodrun's and torchrun's spellings
   int gloo_timeout = 0, cycle_time_ms = 0, cache_capacity = -1;
   double fusion_threshold_mb = -1;
-  std::string log_level, timeline;
+  std::string log_level, timeline, events;
   // elastic (driver only)
   std::string discovery_script;
   int min_np = 0, max_np = 0, reset_limit = -1, slots_per_host = 0;
@@ -372,7 +373,10 @@ struct job_options {
         "output-filename", po::value(&output_dir),
         "also write each slot's output to DIR/HOST:LOCAL_RANK/{stdout,stderr}, with DIR/rank.N "
         "linking to the slot of rank N")("prefix-output-with-timestamp",
-                                         "prefix every output line with the time it arrived");
+                                         "prefix every output line with the time it arrived")(
+        "events", po::value(&events),
+        "write the job's event log to FILE, one JSON object per line (default: "
+        "$CAF_HVD_EVENTS)");
     net.add_options()("network-interface", po::value(&nics),
                       "NAME[,NAME...]: use only these interfaces between hosts");
     torch.add_options()(
@@ -626,6 +630,18 @@ int run_job(int argc, char** argv, bool embedded) {
   if (vm.count("cache-capacity"))
     horovod_env("HOROVOD_CACHE_CAPACITY", std::to_string(o.cache_capacity));
   job.prefix_timestamp = vm.count("prefix-output-with-timestamp") > 0;
+  if (!vm.count("events"))
+    if (const char* e = std::getenv("CAF_HVD_EVENTS"); e && *e)
+      o.events = e;
+  if (!o.events.empty()) {
+    // Fails here, before anything starts, when the file cannot be written.
+    int fd = ::open(o.events.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw usage_error(
+          fmt::format("--events {}: cannot write it: {}", o.events, std::strerror(errno)));
+    ::close(fd);
+    job.events_file = o.events;
+  }
   bool elastic = vm.count("host-discovery-script") > 0;
   for (auto flag : {"min-np", "max-np", "slots-per-host", "elastic-timeout", "reset-limit",
                     "blacklist-cooldown-range"})

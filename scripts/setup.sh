@@ -7,7 +7,7 @@ build=${1:-build}
 shift || true
 
 packages=(g++ meson ninja-build pkg-config cmake python3 libcaf-dev libfmt-dev
-          libboost-dev libboost-program-options-dev doctest-dev libgloo-dev libssl-dev
+          libboost-dev libboost-program-options-dev doctest-dev libgloo-dev libssl-dev nlohmann-json3-dev
           iproute2 util-linux)
 missing=()
 for p in "${packages[@]}"; do

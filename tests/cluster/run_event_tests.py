@@ -1,0 +1,181 @@
+"""Event log tests: real jobs (static on this machine and across node agents, failing,
+elastic with a failure and a host join) write --events; the logs are checked event by
+event (order, names, contexts) and replayed to the job's final state, which must match
+what the job did. Run by `meson test`; prints a closing 'N passed, N failed' line."""
+
+import json
+import os
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Cluster, pid_with_env, rank_lines, run_suite, wait_until  # noqa: E402
+
+ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+
+
+def read_events(path):
+    with open(path) as f:
+        events = [json.loads(line) for line in f]
+    for e in events:
+        assert set(e) == {"timestamp", "name", "context"}, e
+        assert isinstance(e["timestamp"], float) and isinstance(e["context"], dict), e
+    stamps = [e["timestamp"] for e in events]
+    assert stamps == sorted(stamps), "timestamps go back"
+    return events
+
+
+def replay(events):
+    """The job's final state from its event log alone."""
+    state = {"hosts": {}, "ranks": {}, "generation": 0, "released": 0, "exit_code": None,
+             "blacklisted": set(), "failures": []}
+    for e in events:
+        n, c = e["name"], e["context"]
+        if n == "host.ready":
+            state["hosts"][c["host"]] = "ready"
+        elif n == "host.lost":
+            state["hosts"][c["host"]] = "lost"
+        elif n == "host.blacklisted":
+            state["blacklisted"].add(c["host"])
+        elif n == "host.returned":
+            state["blacklisted"].discard(c["host"])
+        elif n == "generation.begin":
+            state["generation"] = c["generation"]
+            state["plan"] = {p["rank"]: (p["host"], p["local_rank"]) for p in c["plan"]}
+        elif n == "generation.released":
+            state["released"] = c["generation"]
+        elif n == "rank.started":
+            state["ranks"][c["slot"]] = {"rank": c["rank"], "state": "running", "pid": c["pid"]}
+        elif n == "rank.ended":
+            state["ranks"][c["slot"]].update(state="ended", code=c["code"])
+        elif n == "failure":
+            state["failures"].append(c["cause"])
+        elif n == "job.end":
+            state["exit_code"] = c["code"]
+    return state
+
+
+class EventTest(unittest.TestCase):
+    def setUp(self):
+        self.c = Cluster()
+        self.addCleanup(self.c.close)
+        self.dir = tempfile.mkdtemp(prefix="caf-hvd-events-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.log = os.path.join(self.dir, "events.jsonl")
+
+    def names(self, events):
+        return [e["name"] for e in events]
+
+    def test_static_job_on_this_machine(self):
+        rc, out, err = self.c.run(["run", "-np", "2", "--events", self.log, "true"])
+        self.assertEqual(rc, 0, err)
+        ev = read_events(self.log)
+        self.assertEqual(self.names(ev), [
+            "job.start", "phase.begin", "phase.end", "phase.begin", "host.ready", "rendezvous",
+            "torch_store", "phase.end", "phase.begin", "generation.begin",
+            "generation.released", "rank.started", "rank.started", "phase.end", "phase.begin",
+            "rank.ended", "rank.ended", "phase.end", "job.end"])
+        self.assertEqual([e["context"]["phase"] for e in ev if e["name"].startswith("phase")],
+                         ["connect", "connect", "nic", "nic", "launch", "launch", "run", "run"])
+        self.assertEqual(ev[0]["context"], {"kind": "static", "command": ["true"], "np": 2,
+                                            "hosts": ["localhost"]})
+        gen = next(e["context"] for e in ev if e["name"] == "generation.begin")
+        self.assertEqual([p["rank"] for p in gen["plan"]], [0, 1])
+        for e in ev:
+            if e["name"].startswith("rank."):
+                self.assertIsInstance(e["context"]["rank"], int)
+                self.assertIn("host", e["context"])
+        state = replay(ev)
+        self.assertEqual(state["exit_code"], rc)
+        self.assertEqual(sorted(r["code"] for r in state["ranks"].values()), [0, 0])
+        self.assertEqual(state["released"], 1)
+
+    def test_failing_job_across_agents_via_environment(self):
+        self.c.node("ea")
+        self.c.node("eb")
+        spec = f"{self.c.spec('ea', 1)},{self.c.spec('eb', 1)}"
+        env = dict(os.environ, CAF_HVD_EVENTS=self.log)
+        rc, out, err = self.c.run(["driver", "-np", "2", "-H", spec, "--kill-grace-seconds", "1",
+                                   "sh", "-c", 'if [ "$HOROVOD_RANK" = 1 ]; then exit 4; fi; '
+                                   'exec sleep 30'], env=env)
+        self.assertEqual(rc, 4, err)
+        ev = read_events(self.log)
+        names = self.names(ev)
+        self.assertEqual(names.count("host.connected"), 2)
+        self.assertTrue(all(e["context"]["tls"] for e in ev if e["name"] == "host.connected"))
+        ended = [e["context"] for e in ev if e["name"] == "rank.ended"]
+        self.assertEqual(ended[0]["rank"], 1)
+        self.assertEqual((ended[0]["host"], ended[0]["code"]), ("eb", 4))
+        self.assertEqual((ended[1]["rank"], ended[1]["signal"]), (0, signal.SIGTERM))
+        # the failure comes before the teardown, which comes before the end
+        self.assertLess(names.index("failure"), names.index("job.end"))
+        self.assertEqual([e["context"]["phase"] for e in ev if e["name"] == "phase.begin"][-1],
+                         "teardown")
+        state = replay(ev)
+        self.assertEqual(state["exit_code"], 4)
+        self.assertIn("rank 1 on host eb ended with exit code 4", state["failures"][0])
+
+    def test_elastic_job_with_a_failure_and_a_join(self):
+        hosts = os.path.join(self.dir, "hosts")
+        script = os.path.join(self.dir, "discover.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {hosts}\n")
+        os.chmod(script, stat.S_IRWXU)
+        for n in ("xa", "xb", "xc"):
+            self.c.node(n)
+
+        def set_hosts(*names):
+            with open(hosts + ".tmp", "w") as f:
+                for n in names:
+                    f.write(f"127.0.0.1:{self.c.nodes[n][1]}:1\n")
+            os.replace(hosts + ".tmp", hosts)
+
+        set_hosts("xa", "xb")
+        d = self.c.start(["driver", "--host-discovery-script", script, "--discovery-interval",
+                          "0.1", "--min-np", "1", "--events", self.log, ALLREDUCE, "--elastic",
+                          "--steps", "150", "--step-ms", "20"])
+        line = ""
+        while "step 5 " not in line:
+            line = d.stdout.readline()
+            self.assertTrue(line, "the job ended early")
+        os.kill(pid_with_env(ALLREDUCE, prefix=True, HOROVOD_HOSTNAME="xb"), signal.SIGKILL)
+        wait_until(lambda: '"host.blacklisted"' in open(self.log).read(), 10,
+                   "xb to be blacklisted")
+        set_hosts("xa", "xb", "xc")
+        out, err = d.communicate(timeout=60)
+        self.assertEqual(d.returncode, 0, err)
+        ev = read_events(self.log)
+        names = self.names(ev)
+        self.assertEqual(ev[0]["context"]["kind"], "elastic")
+        gens = [e["context"] for e in ev if e["name"] == "generation.begin"]
+        self.assertEqual([g["generation"] for g in gens], [1, 2, 3])
+        self.assertEqual([g["hosts"] for g in gens], [["xa", "xb"], ["xa"], ["xa", "xc"]])
+        self.assertEqual(gens[1]["removed"], ["xb"])
+        self.assertEqual(gens[2]["added"], ["xc"])
+        killed = next(e["context"] for e in ev if e["name"] == "rank.ended")
+        self.assertEqual((killed["host"], killed["signal"]), ("xb", signal.SIGKILL))
+        self.assertEqual(next(e["context"] for e in ev if e["name"] == "host.blacklisted"),
+                         {"host": "xb", "failures": 1, "cooldown_seconds": None})
+        self.assertLess(names.index("host.blacklisted"), [i for i, n in enumerate(names)
+                                                          if n == "generation.begin"][1])
+        self.assertIn("discovery", names)
+        state = replay(ev)
+        self.assertEqual(state["exit_code"], 0)
+        self.assertEqual(state["released"], 3)
+        self.assertEqual(state["blacklisted"], {"xb"})
+        self.assertEqual(state["plan"], {0: ("xa", 0), 1: ("xc", 0)})
+        self.assertEqual(sorted(r["code"] for s, r in state["ranks"].items()
+                                if s in ("xa:0", "xc:0")), [0, 0])
+
+    def test_events_file_that_cannot_be_written(self):
+        rc, _, err = self.c.run(["run", "-np", "1", "--events", "/proc/no/such/file", "true"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--events /proc/no/such/file: cannot write it", err)
+
+
+if __name__ == "__main__":
+    sys.exit(run_suite(EventTest, sys.argv[1:]))
