@@ -27,6 +27,7 @@
 #include "runtime/credentials.hpp"
 #include "runtime/env.hpp"
 #include "runtime/host_spec.hpp"
+#include "runtime/timeline.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
@@ -795,6 +796,49 @@ int run_job(int argc, char** argv, bool embedded) {
   return result->exit_code;
 }
 
+// caf-hvd timeline EVENTS -o OUT: draws an event log (--events) as a page or a trace.
+int run_timeline(int argc, char** argv) {
+  po::options_description desc{"caf-hvd timeline: draw a job's event log.\n\n"
+                               "usage: caf-hvd timeline EVENTS -o OUT.html|OUT.json\n\noptions"};
+  std::string in, out, title;
+  desc.add_options()("help,h", "show this help")(
+      "output,o", po::value(&out),
+      "OUT.html: a self-contained page with SVG lanes; OUT.json: Chrome trace-event JSON "
+      "(Perfetto, chrome://tracing)")("title", po::value(&title), "the page's title");
+  po::options_description hidden;
+  hidden.add_options()("events", po::value(&in), "the event log");
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::positional_options_description pos;
+  pos.add("events", 1);
+  std::vector<std::string> args(argv + 2, argv + argc);
+  auto vm = parse(args, all, &pos);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (in.empty() || out.empty())
+    throw usage_error("give the event log and -o OUT.html or -o OUT.json");
+  bool html = out.size() > 5 && out.substr(out.size() - 5) == ".html";
+  bool trace = out.size() > 5 && out.substr(out.size() - 5) == ".json";
+  if (!html && !trace)
+    throw usage_error(fmt::format("-o {}: name a .html (page) or .json (trace) file", out));
+  std::ifstream f{in};
+  if (!f)
+    throw usage_error(fmt::format("cannot read the event log {}", in));
+  auto events = read_events(f, in);
+  std::ofstream o{out};
+  if (!o)
+    throw usage_error(fmt::format("-o {}: cannot write it", out));
+  if (html)
+    o << timeline_html(events, title.empty() ? "caf-hvd job " + in : title);
+  else
+    o << timeline_trace(events).dump() << "\n";
+  if (!o.flush())
+    throw std::runtime_error(fmt::format("writing {} failed", out));
+  return 0;
+}
+
 void print_usage(std::ostream& os) {
   os << "caf-hvd " << version << ": a distributed training job launcher (Horovod-compatible)\n\n"
      << "usage:\n"
@@ -803,6 +847,7 @@ void print_usage(std::ostream& os) {
      << "  caf-hvd driver --host-discovery-script PATH --min-np N [options] -- COMMAND\n"
      << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--bind ADDR]\n"
      << "  caf-hvd cluster init [DIR]                          create a cluster's credentials\n"
+     << "  caf-hvd timeline EVENTS -o OUT.html|OUT.json        draw a job's event log\n"
      << "  caf-hvd --version\n\n"
      << "Run 'caf-hvd SUBCOMMAND --help' for the options of each.\n";
 }
@@ -832,6 +877,8 @@ int main(int argc, char** argv) {
       return run_job(argc, argv, true);
     if (sub == "cluster")
       return run_cluster(argc, argv);
+    if (sub == "timeline")
+      return run_timeline(argc, argv);
     std::cerr << fmt::format("caf-hvd: unknown subcommand '{}'\n\n", sub);
     print_usage(std::cerr);
     return 2;

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -70,6 +71,38 @@ class EventTest(unittest.TestCase):
     def names(self, events):
         return [e["name"] for e in events]
 
+    def draw(self, lanes):
+        """caf-hvd timeline: a trace that is valid JSON and a page with one lane each."""
+        page, trace = os.path.join(self.dir, "job.html"), os.path.join(self.dir, "job.json")
+        for out in (page, trace):
+            rc, _, err = self.c.run(["timeline", self.log, "-o", out])
+            self.assertEqual(rc, 0, err)
+        with open(trace) as f:
+            names = {e["args"]["name"] for e in json.load(f)["traceEvents"] if e["ph"] == "M"}
+        with open(page) as f:
+            html = f.read()
+        for lane in lanes:
+            self.assertIn(lane, names)
+            self.assertIn(f">{lane}<", html)
+        self.screenshot(page)
+
+    def screenshot(self, page):
+        """The page in a real browser: not blank (skipped without Chromium)."""
+        browser = shutil.which("chromium") or shutil.which("chromium-browser")
+        if not browser:
+            print("  (timeline screenshot skipped: Debian's chromium is not installed)")
+            return
+        png = page + ".png"
+        r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                            "--window-size=1300,700", f"--screenshot={png}", f"file://{page}"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertTrue(os.path.exists(png), r.stderr[-2000:])
+        with open(png, "rb") as f:
+            data = f.read()
+        self.assertEqual(data[:8], b"\x89PNG\r\n\x1a\n")
+        # A blank page compresses to a few KiB; lanes, bands and labels do not.
+        self.assertGreater(len(data), 15000, f"{png} looks blank")
+
     def test_static_job_on_this_machine(self):
         rc, out, err = self.c.run(["run", "-np", "2", "--events", self.log, "true"])
         self.assertEqual(rc, 0, err)
@@ -93,6 +126,8 @@ class EventTest(unittest.TestCase):
         self.assertEqual(state["exit_code"], rc)
         self.assertEqual(sorted(r["code"] for r in state["ranks"].values()), [0, 0])
         self.assertEqual(state["released"], 1)
+        host = next(e["context"]["host"] for e in ev if e["name"] == "host.ready")
+        self.draw(["job", f"host {host}", f"slot {host}:0", f"slot {host}:1"])
 
     def test_failing_job_across_agents_via_environment(self):
         self.c.node("ea")
@@ -118,6 +153,7 @@ class EventTest(unittest.TestCase):
         state = replay(ev)
         self.assertEqual(state["exit_code"], 4)
         self.assertIn("rank 1 on host eb ended with exit code 4", state["failures"][0])
+        self.draw(["job", "host ea", "host eb", "slot ea:0", "slot eb:0"])
 
     def test_elastic_job_with_a_failure_and_a_join(self):
         hosts = os.path.join(self.dir, "hosts")
@@ -170,6 +206,7 @@ class EventTest(unittest.TestCase):
         self.assertEqual(state["plan"], {0: ("xa", 0), 1: ("xc", 0)})
         self.assertEqual(sorted(r["code"] for s, r in state["ranks"].items()
                                 if s in ("xa:0", "xc:0")), [0, 0])
+        self.draw(["host xa", "host xb", "host xc", "slot xa:0", "slot xb:0", "slot xc:0"])
 
     def test_events_file_that_cannot_be_written(self):
         rc, _, err = self.c.run(["run", "-np", "1", "--events", "/proc/no/such/file", "true"])
