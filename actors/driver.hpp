@@ -48,6 +48,7 @@ struct job_config {
   std::string output_dir;                      // --output-filename
   std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
+  bool quiet = false; // --quiet: no closing summary
   bool prefix_timestamp = false; // --prefix-output-with-timestamp
   std::string events_file;        // --events: the job's event log (JSON lines)
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)

@@ -208,11 +208,55 @@ private:
 
   // Static jobs' phases in the event log: each ends when the next begins.
   void phase(const char* name) {
-    if (!phase_.empty())
+    auto now = clock_type::now();
+    if (!phase_.empty()) {
       events_.emit("phase.end", {{"phase", phase_}});
+      phase_ms_.emplace_back(phase_,
+                             std::chrono::duration<double, std::milli>(now - phase_at_).count());
+    }
     phase_ = name;
+    phase_at_ = now;
     if (!phase_.empty())
       events_.emit("phase.begin", {{"phase", phase_}});
+  }
+
+  // The closing summary on stderr (--quiet turns it off): what ran where, how long each
+  // part took, how every process ended, and why the job ended as it did.
+  void summarize(int code) {
+    if (job_.quiet)
+      return;
+    std::vector<std::string> used, black;
+    for (auto& ep : order_.empty() ? listed_order_ : order_)
+      if (auto& h = hosts_.at(ep); !h.info.name.empty())
+        used.push_back(h.info.name);
+    for (auto& [ep, h] : hosts_)
+      if (h.blacklisted)
+        black.push_back(h.info.name.empty() ? ep : h.info.name);
+    std::map<std::string, int> ends;
+    for (auto& [id, s] : slots_)
+      ++ends[s.exit_code < 0    ? std::string{"no exit seen"}
+             : s.exit_code == 0 ? std::string{"exit 0"}
+                                : fmt::format("code {}", s.exit_code)];
+    std::vector<std::string> end_text, phases;
+    for (auto& [what, n] : ends)
+      end_text.push_back(fmt::format("{} x {}", n, what));
+    for (auto& [p, ms] : phase_ms_)
+      phases.push_back(fmt::format("{} {:.1f}", p, ms));
+    std::string text = fmt::format(
+        "caf-hvd: summary: exit {}{}\n"
+        "caf-hvd:   hosts        {} ({})\n"
+        "caf-hvd:   processes    {} ({}); {} generation{}, the last of {} ranks\n"
+        "caf-hvd:   time         {:.1f} ms{}\n",
+        code,
+        failure_       ? fmt::format(" ({})", *failure_)
+        : interrupted_ ? " (interrupted)"
+                       : "",
+        used.size(), fmt::join(used, ", "), slots_.size(), fmt::join(end_text, ", "), gen_.number,
+        gen_.number == 1 ? "" : "s", gen_.plan.size(), static_cast<double>(elapsed_ms()),
+        phases.empty() ? std::string{} : fmt::format(" ({} ms)", fmt::join(phases, ", ")));
+    if (!black.empty())
+      text += fmt::format("caf-hvd:   blacklisted  {}\n", fmt::join(black, ", "));
+    write_all(2, text);
   }
 
   eslot* slot_by_id(uint32_t id) {
@@ -1684,6 +1728,7 @@ private:
     log("job ends with exit code {} after {} generations", code, gen_.number);
     if (!elastic_ && !done_)
       phase("");
+    summarize(code);
     if (done_)
       events_.emit("phase.end", {{"phase", "teardown"}});
     events_.emit("job.end", {{"code", code},
@@ -1754,11 +1799,13 @@ private:
   std::unique_ptr<torch_store_server> torch_store_;
   int store_problems_ = 0;
   output_acks output_acks_;
-  event_log events_;                     // --events FILE
-  std::string phase_;                    // static: the phase in the event log
-  std::vector<std::string> last_listed_; // the discovery output last logged
-  int master_port_ = 0;                  // --torch-store off: this generation's MASTER_PORT
-  std::vector<uint32_t> awaiting_port_;  // slots whose launch waits for it
+  event_log events_;                                     // --events FILE
+  std::string phase_;                                    // static: the phase in the event log
+  clock_type::time_point phase_at_;                      // ... since
+  std::vector<std::pair<std::string, double>> phase_ms_; // finished phases (summary)
+  std::vector<std::string> last_listed_;                 // the discovery output last logged
+  int master_port_ = 0;                 // --torch-store off: this generation's MASTER_PORT
+  std::vector<uint32_t> awaiting_port_; // slots whose launch waits for it
 
   std::map<std::string, ehost> hosts_;      // by endpoint
   std::vector<std::string> listed_order_;   // endpoints in the latest discovery output's order

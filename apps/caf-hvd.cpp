@@ -359,7 +359,8 @@ struct job_options {
         "kill-grace-seconds", po::value(&kill_grace)->default_value(5),
         "seconds between SIGTERM and SIGKILL when a job is stopped")(
         "env", po::value(&env)->composing(), "KEY=VALUE added to every rank (repeatable)")(
-        "verbose", "print each step of the job with timings");
+        "verbose", "print each step of the job with timings")("quiet",
+                                                              "no summary at the end of the job");
     hosts_opts.add_options()("hosts,H", po::value(&hosts),
                              with_hosts ? "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated"
                                         : "HOST:SLOTS naming this machine only (e.g. "
@@ -571,6 +572,7 @@ int run_job(int argc, char** argv, bool embedded) {
   job_config job;
   job.embedded = embedded;
   job.verbose = vm.count("verbose") > 0;
+  job.quiet = vm.count("quiet") > 0;
   if (o.torch_store == "auto")
     job.torch_store = torch_store_mode::automatic;
   else if (o.torch_store == "on")

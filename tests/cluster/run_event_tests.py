@@ -208,6 +208,18 @@ class EventTest(unittest.TestCase):
                                 if s in ("xa:0", "xc:0")), [0, 0])
         self.draw(["host xa", "host xb", "host xc", "slot xa:0", "slot xb:0", "slot xc:0"])
 
+    def test_closing_summary_and_quiet(self):
+        rc, _, err = self.c.run(["run", "-np", "2", "sh", "-c",
+                                 'if [ "$HOROVOD_RANK" = 1 ]; then exit 6; fi; exec sleep 30'])
+        self.assertEqual(rc, 6, err)
+        self.assertIn("caf-hvd: summary: exit 6 (rank 1 on host ", err)
+        self.assertRegex(err, r"processes +2 \(1 x code 143, 1 x code 6\); 1 generation, the "
+                              r"last of 2 ranks")
+        self.assertRegex(err, r"time +[\d.]+ ms \(connect [\d.]+, nic [\d.]+, launch [\d.]+, "
+                              r"run [\d.]+ ms\)")
+        rc, _, err = self.c.run(["run", "-np", "2", "--quiet", "true"])
+        self.assertEqual((rc, err), (0, ""))
+
     def test_events_file_that_cannot_be_written(self):
         rc, _, err = self.c.run(["run", "-np", "1", "--events", "/proc/no/such/file", "true"])
         self.assertEqual(rc, 2)
