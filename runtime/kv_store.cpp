@@ -6,6 +6,7 @@ namespace cafhvd {
 uint64_t kv_store::init(const std::vector<slot_info>& plan) {
   auto old = std::move(waiters_);
   waiters_.clear();
+  waiting_for_.clear();
   data_.clear();
   finished_.clear();
   sizes_.clear();
@@ -34,13 +35,13 @@ kv_store::put_result kv_store::put(const std::string& scope, const std::string& 
   slot = std::move(value);
   // Wake waiters of this key; collect first, since a callback may touch the store.
   std::vector<waiter_fn> ready;
-  for (auto w = waiters_.begin(); w != waiters_.end();) {
-    if (w->second.scope == scope && w->second.key == key) {
+  if (auto ids = waiting_for_.find({scope, key}); ids != waiting_for_.end()) {
+    for (auto id : ids->second) {
+      auto w = waiters_.find(id);
       ready.push_back(std::move(w->second.fn));
-      w = waiters_.erase(w);
-    } else {
-      ++w;
+      waiters_.erase(w);
     }
+    waiting_for_.erase(ids);
   }
   auto copy = ready.empty() ? bytes{} : slot;
   for (auto& fn : ready)
@@ -99,6 +100,7 @@ uint64_t kv_store::wait(const std::string& scope, const std::string& key, waiter
   }
   auto id = next_waiter_++;
   waiters_.emplace(id, waiter{scope, key, std::move(fn)});
+  waiting_for_[{scope, key}].insert(id);
   return id;
 }
 
@@ -107,6 +109,11 @@ void kv_store::cancel_wait(uint64_t id) {
   if (it == waiters_.end())
     return;
   auto fn = std::move(it->second.fn);
+  if (auto ids = waiting_for_.find({it->second.scope, it->second.key}); ids != waiting_for_.end()) {
+    ids->second.erase(id);
+    if (ids->second.empty())
+      waiting_for_.erase(ids);
+  }
   waiters_.erase(it);
   fn(std::nullopt);
 }

@@ -74,6 +74,8 @@ private:
   std::map<std::string, int> sizes_;
   std::map<std::string, std::set<std::string>> finished_;
   std::map<uint64_t, waiter> waiters_;
+  // (scope, key) -> its waiters in the order they came: a PUT wakes only these
+  std::map<std::pair<std::string, std::string>, std::set<uint64_t>> waiting_for_;
   uint64_t next_waiter_ = 1;
 };
 

@@ -200,7 +200,8 @@ struct rendezvous_server::impl {
   std::string address;
   uint16_t port = 0;
   size_t connections = 0;
-  std::atomic<uint64_t> requests{0}, rejected{0}, refused{0};
+  std::atomic<uint64_t> requests{0}, rejected{0}, refused{0}, accept_errors{0};
+  net::steady_timer retry_timer{io};
 
   struct session;
   void accept();
@@ -395,7 +396,18 @@ void rendezvous_server::impl::accept() {
   acceptor.async_accept([this](beast::error_code ec, tcp::socket sock) {
     if (ec == net::error::operation_aborted)
       return;
-    if (!ec) {
+    if (ec) {
+      // Out of descriptors (EMFILE) and the like: the pending connection stays queued, so
+      // accepting again at once would spin; try again a little later.
+      ++accept_errors;
+      retry_timer.expires_after(std::chrono::milliseconds(50));
+      retry_timer.async_wait([this](beast::error_code e) {
+        if (e != net::error::operation_aborted)
+          accept();
+      });
+      return;
+    }
+    {
       if (connections >= opts.max_connections) {
         ++refused;
         beast::error_code ignored;
@@ -505,7 +517,8 @@ void rendezvous_server::set_update(uint64_t generation, const std::string& text)
 }
 
 rendezvous_stats rendezvous_server::stats() const {
-  return {impl_->requests.load(), impl_->rejected.load(), impl_->refused.load()};
+  return {impl_->requests.load(), impl_->rejected.load(), impl_->refused.load(),
+          impl_->accept_errors.load()};
 }
 
 } // namespace cafhvd

@@ -30,6 +30,7 @@ struct rendezvous_stats {
   uint64_t requests = 0;
   uint64_t rejected = 0; // 4xx answers and dropped connections
   uint64_t connections_refused = 0;
+  uint64_t accept_errors = 0; // e.g. out of descriptors; accepting resumes after a pause
 };
 
 /// The answer to one parsed request, without I/O: `wait_ms > 0` means "hold the request

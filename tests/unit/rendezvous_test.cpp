@@ -6,6 +6,9 @@
 #include <chrono>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
+#include <dirent.h>
+#include <vector>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -119,6 +122,74 @@ TEST_CASE("store: waiters get the value when it is put; limits hold") {
   CHECK(s.put("g", "big", std::string(11, 'x')) == kv_store::put_result::too_large);
   CHECK(s.put("g", "k2", std::string(10, 'x')) == kv_store::put_result::store_full);
   CHECK(s.put("g", "k", std::string(10, 'x')) == kv_store::put_result::ok); // replaces
+}
+
+TEST_CASE("store: a PUT wakes its key's waiters in the order they came, and no others") {
+  kv_store s;
+  std::vector<std::string> woke;
+  for (int i = 0; i < 1000; ++i) // many waiters on other keys
+    s.wait("g", "other" + std::to_string(i), [&](auto&) { woke.push_back("other"); });
+  s.wait("g", "k", [&](auto& v) { woke.push_back("first:" + *v); });
+  auto second = s.wait("g", "k", [&](auto& v) { woke.push_back("second:" + v.value_or("none")); });
+  s.wait("g", "k", [&](auto& v) { woke.push_back("third:" + *v); });
+  s.wait("h", "k", [&](auto&) { woke.push_back("other scope"); });
+  s.cancel_wait(second);
+  CHECK(woke == std::vector<std::string>{"second:none"});
+  s.put("g", "k", "v");
+  CHECK(woke == std::vector<std::string>{"second:none", "first:v", "third:v"});
+  s.put("g", "k", "again"); // the waiters were answered once
+  CHECK(woke.size() == 3);
+  s.put("g", "other7", "x");
+  CHECK(woke.back() == "other");
+  CHECK(woke.size() == 4);
+}
+
+TEST_CASE("server: out of descriptors, it pauses accepting instead of spinning, then resumes") {
+  rendezvous_server srv{rendezvous_options{}};
+  size_t open_fds = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d))
+      ++open_fds;
+    ::closedir(d);
+  }
+  rlimit old{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+  rlimit low = old;
+  low.rlim_cur = open_fds + 16;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  // Clients and server share this process's limit: connect until it is used up, so the
+  // server's accept fails with EMFILE while connections wait in its backlog.
+  std::vector<int> clients;
+  for (int i = 0; i < 64; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+      break;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(srv.port());
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      ::close(fd);
+      break;
+    }
+    clients.push_back(fd);
+  }
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_SELF, &before);
+  std::this_thread::sleep_for(500ms);
+  ::getrusage(RUSAGE_SELF, &after);
+  auto cpu_ms = [](const rusage& r) {
+    return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000.0
+           + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1000.0;
+  };
+  double burned = cpu_ms(after) - cpu_ms(before);
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  for (int fd : clients)
+    ::close(fd);
+  CHECK(srv.stats().accept_errors > 0);
+  CHECK(burned < 200); // a loop re-arming accept at once burns the whole 500 ms
+  std::this_thread::sleep_for(200ms);
+  CHECK(status_of(request(srv.port(), "GET", "/x/y")) == 404); // accepting again
 }
 
 TEST_CASE("server: PUT, GET, 404, DELETE with Horovod's exact headers") {
