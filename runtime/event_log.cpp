@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/output_writer.hpp"
+
 namespace cafhvd {
 
 event_log::event_log(const std::string& path) {
@@ -42,17 +44,7 @@ void event_log::emit(std::string_view name, nlohmann::json context) {
   auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch());
   nlohmann::json ev{{"timestamp", now.count()}, {"name", name}, {"context", std::move(context)}};
   auto line = ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  const char* p = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    auto n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return; // a full disk loses events, never the job
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  write_fully(fd_, line); // a full disk loses events, never the job
 }
 
 } // namespace cafhvd

@@ -6,9 +6,7 @@
 
 namespace cafhvd {
 
-namespace {
-
-void write_fully(int fd, const std::string& s) {
+bool write_fully(int fd, std::string_view s) {
   const char* p = s.data();
   size_t left = s.size();
   while (left > 0) {
@@ -16,13 +14,12 @@ void write_fully(int fd, const std::string& s) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
-      return; // the reader is gone: output to it is dropped, never fatal
+      return false;
     p += n;
     left -= static_cast<size_t>(n);
   }
+  return true;
 }
-
-} // namespace
 
 output_writer::output_writer() : thread_([this] { run(); }) {}
 
@@ -78,7 +75,7 @@ void output_writer::run() {
     if (it.close)
       ::close(it.fd);
     else
-      write_fully(it.fd, it.bytes);
+      write_fully(it.fd, it.bytes); // a reader that is gone loses output, never the job
     if (it.done)
       it.done();
     l.lock();

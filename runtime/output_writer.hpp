@@ -9,9 +9,14 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace cafhvd {
+
+/// Writes all of `bytes` to `fd` (retrying short writes and EINTR); false when the
+/// reader is gone or the write failed otherwise.
+bool write_fully(int fd, std::string_view bytes);
 
 class output_writer {
 public:
