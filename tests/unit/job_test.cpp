@@ -10,6 +10,10 @@
 #include <vector>
 
 #include <caf/scheduler/test_coordinator.hpp>
+#include <fmt/format.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "actors/config.hpp"
 #include "actors/driver.hpp"
@@ -24,19 +28,24 @@ struct node_log {
   std::map<uint32_t, worker_actor> workers; // slot id -> its worker
   std::map<uint32_t, std::vector<std::string>> envs;
   std::map<uint32_t, std::vector<int32_t>> signals;
-  int terminates = 0;           // teardowns asked of the colocator
-  bool answer_node_info = true; // false: a node agent that never answers
-  bool ignore_sigterm = false;  // the ranks trap SIGTERM (only SIGKILL ends them)
+  int terminates = 0;             // teardowns asked of the colocator
+  bool answer_node_info = true;   // false: a node agent that never answers
+  bool ignore_sigterm = false;    // the ranks trap SIGTERM (only SIGKILL ends them)
+  std::vector<std::string> names; // node names for the colocators, in spawn order
+  size_t next_name = 0;
 };
 node_log* the_log = nullptr;
 
 colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, driver_actor,
                                               std::string, int32_t grace_ms) {
+  std::string name = the_log->next_name < the_log->names.size()
+                         ? the_log->names[the_log->next_name++]
+                         : std::string{"fake"};
   return {
       [=](node_atom) -> caf::result<node_info> {
         if (!the_log->answer_node_info)
           return self->make_response_promise<node_info>(); // never delivered
-        return node_info{"fake", "fake", 1, 0, {{"lo", "127.0.0.1", 8, true}}, 0};
+        return node_info{name, name, 1, 0, {{"lo", "127.0.0.1", 8, true}}, 0};
       },
       [](port_atom) -> int32_t { return 4242; },
       [](probe_atom, std::vector<probe_target>&,
@@ -101,7 +110,11 @@ struct fixture {
   bool ended = false;
 
   fixture() { the_log = &log; }
-  ~fixture() { the_log = nullptr; }
+  ~fixture() {
+    the_log = nullptr;
+    if (!events_path.empty())
+      ::unlink(events_path.c_str());
+  }
 
   void start(int np, std::chrono::milliseconds grace = std::chrono::milliseconds(5000)) {
     job_config c;
@@ -114,6 +127,73 @@ struct fixture {
     c.torch_store = torch_store_mode::off;
     job = spawn_driver(sys, c, result);
     sched.run();
+  }
+
+  // An elastic job whose discovery results and votes the test sends (no script, no
+  // rendezvous client): its events are read back from the event log.
+  std::string events_path;
+  void start_elastic(std::vector<std::string> names, std::chrono::milliseconds grace) {
+    log.names = std::move(names);
+    events_path = fmt::format("/tmp/caf-hvd-job-test-{}.jsonl", ::getpid());
+    job_config c;
+    c.embedded = true;
+    c.command = {"train"};
+    c.cwd = "/";
+    c.kill_grace = grace;
+    c.torch_store = torch_store_mode::off;
+    c.events_file = events_path;
+    c.elastic = elastic_config{};
+    c.elastic->min_np = 1;
+    job = spawn_driver(sys, c, result);
+    sched.run();
+  }
+  // Stops a job that would run on (Ctrl-C), through every grace period.
+  void interrupt() {
+    caf::anon_send(job, interrupt_atom::value, int32_t{SIGINT});
+    sched.run();
+    for (int i = 0; i < 10 && !job_ended(); ++i) {
+      sched.trigger_timeouts();
+      sched.run();
+    }
+    CHECK(job_ended());
+  }
+  void discover(const std::string& text) {
+    caf::anon_send(caf::actor_cast<caf::actor>(job), discover_atom::value, true, text);
+    sched.run();
+  }
+  void vote(const std::string& host, int lr) {
+    caf::anon_send(caf::actor_cast<caf::actor>(job), vote_atom::value, host, int32_t{lr});
+    sched.run();
+  }
+  std::vector<nlohmann::json> events() {
+    std::ifstream in{events_path};
+    std::vector<nlohmann::json> out;
+    for (std::string line; std::getline(in, line);)
+      out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+  std::vector<std::string> names_of(const std::string& prefix) {
+    std::vector<std::string> out;
+    for (auto& e : events())
+      if (e["name"].get<std::string>().rfind(prefix, 0) == 0)
+        out.push_back(e["name"].get<std::string>() + ":"
+                      + e["context"].value("generation", nlohmann::json(0)).dump());
+    return out;
+  }
+  // The slot id of the newest process started with HOROVOD_HOSTNAME=host and local rank lr.
+  uint32_t slot_on(const std::string& host, int lr) {
+    uint32_t found = 0;
+    bool any = false;
+    for (auto& [id, env] : log.envs) {
+      bool h = std::count(env.begin(), env.end(), "HOROVOD_HOSTNAME=" + host) > 0;
+      bool l = std::count(env.begin(), env.end(), "HOROVOD_LOCAL_RANK=" + std::to_string(lr)) > 0;
+      if (h && l && (!any || id > found)) {
+        found = id;
+        any = true;
+      }
+    }
+    REQUIRE(any);
+    return found;
   }
 
   // The slot id whose process got HOROVOD_RANK=r.
@@ -196,4 +276,60 @@ TEST_CASE_FIXTURE(fixture, "static start has one deadline that names what it wai
   sched.run();
   CHECK(job_ended());
   CHECK(result->exit_code == 1);
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a generation is released by its last vote, not before") {
+  start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  REQUIRE(log.envs.size() == 2);
+  CHECK(names_of("generation.") == std::vector<std::string>{"generation.begin:1"});
+  vote("a", 0);
+  CHECK(names_of("generation.") == std::vector<std::string>{"generation.begin:1"});
+  vote("a", 0); // asking twice is harmless
+  vote("b", 0);
+  CHECK(names_of("generation.")
+        == std::vector<std::string>{"generation.begin:1", "generation.released:1"});
+  interrupt();
+  CHECK(result->exit_code == 130);
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "elastic: the state dies with the last rank of the released generation") {
+  start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\n");
+  vote("a", 0);
+  discover("a:1:1\nb:2:1\n"); // b joins: generation 2 forms, b's new rank waits in it
+  vote("b", 0);
+  CHECK(names_of("generation.")
+        == std::vector<std::string>{"generation.begin:1", "generation.released:1",
+                                    "generation.begin:2"});
+  exit(slot_on("a", 0), 9); // a's rank dies in its step, before it re-joined
+  CHECK(job_ended());
+  CHECK(result->exit_code == 1);
+  auto ev = events();
+  CHECK(ev.back()["name"] == "job.end");
+  CHECK(ev.back()["context"]["cause"].get<std::string>().find(
+            "the training state was lost with the last host of the previous generation (a)")
+        != std::string::npos);
+  // b never held state: no generation 3 was started on it
+  CHECK(names_of("generation.begin").size() == 2);
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a slot that leaves and traps SIGTERM gets SIGKILL") {
+  log.ignore_sigterm = true;
+  start_elastic({"a"}, std::chrono::milliseconds(1000));
+  discover("a:1:2\n");
+  vote("a", 0);
+  vote("a", 1);
+  auto leaving = slot_on("a", 1);
+  discover("a:1:1\n");                 // a shrinks: slot a:1 leaves the job
+  CHECK(log.signals[leaving].empty()); // it may end by itself first
+  sched.trigger_timeouts();            // the grace period
+  sched.run();
+  CHECK(log.signals[leaving] == std::vector<int32_t>{SIGTERM});
+  sched.trigger_timeouts(); // another grace period
+  sched.run();
+  CHECK(log.signals[leaving] == std::vector<int32_t>{SIGTERM, SIGKILL});
+  log.ignore_sigterm = false;
+  interrupt();
 }
