@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <utility>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -26,8 +27,8 @@ output_writer& process_output() {
 }
 } // namespace
 
-void write_all(int fd, const std::string& s) {
-  process_output().write(fd, s);
+void write_all(int fd, std::string s) {
+  process_output().write(fd, std::move(s));
 }
 
 void after_output(std::function<void()> done) {
@@ -53,7 +54,7 @@ void write_lines(int fd, const std::vector<std::string>& lines, std::string_view
     text += l;
     text += '\n';
   }
-  write_all(fd, text);
+  write_all(fd, std::move(text));
 }
 
 std::string describe_exit(const exit_status& st, const std::string& stopped_by) {

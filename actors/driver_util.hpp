@@ -19,7 +19,7 @@ std::string make_job_id();
 
 /// Queues all of `s` for `fd` on the process's output thread (runtime/output_writer):
 /// a stalled reader never blocks an actor. Output to a closed pipe is dropped.
-void write_all(int fd, const std::string& s);
+void write_all(int fd, std::string s);
 
 /// Writes each line followed by '\n', each prefixed with `prefix`, in one write_all.
 void write_lines(int fd, const std::vector<std::string>& lines, std::string_view prefix = {});

@@ -1070,13 +1070,13 @@ private:
                             std::count_if(gen_.plan.begin(), gen_.plan.end(),
                                           [&](auto& s) { return s.hostname == h.hostname; }));
     link_rank_outputs();
-    {
+    if (!elastic_)
+      phase("launch");
+    if (events_.enabled()) { // per-rank contexts are built only for a log that is written
       nlohmann::json plan = nlohmann::json::array();
       for (auto& row : gen_.plan)
         plan.push_back(
             {{"rank", row.rank}, {"host", row.hostname}, {"local_rank", row.local_rank}});
-      if (!elastic_)
-        phase("launch");
       events_.emit("generation.begin", {{"generation", gen_.number},
                                         {"size", gen_.plan.size()},
                                         {"hosts", gen_.hosts()},
@@ -1262,16 +1262,14 @@ private:
                 return;
               s->launched = true;
               log("rank {} ({}) started, pid {}", s->rank, s->key, pid);
-              events_.emit("rank.started", {{"rank", s->rank},
-                                            {"host", hosts_.at(s->endpoint).info.name},
-                                            {"slot", s->key},
-                                            {"pid", pid},
-                                            {"generation", gen_.number}});
-              if (!elastic_ && !all_started_
-                  && std::all_of(gen_.rows.begin(), gen_.rows.end(), [this](auto& r) {
-                       auto* c = current(r.first);
-                       return c && c->launched;
-                     })) {
+              if (events_.enabled())
+                events_.emit("rank.started", {{"rank", s->rank},
+                                              {"host", hosts_.at(s->endpoint).info.name},
+                                              {"slot", s->key},
+                                              {"pid", pid},
+                                              {"generation", gen_.number}});
+              // A static job launches each slot of its one generation once.
+              if (!elastic_ && !all_started_ && ++launched_ == gen_.plan.size()) {
                 all_started_ = true;
                 log("all {} ranks started", gen_.plan.size());
                 phase("run");
@@ -1434,7 +1432,7 @@ private:
     auto how = describe_exit(st, ex.stopped_by);
     s->exit_code = st.launcher_code();
     log("rank {} on {} ended: {}", s->rank, s->key, how);
-    {
+    if (events_.enabled()) {
       nlohmann::json ended{{"rank", s->rank},
                            {"host", hosts_.at(s->endpoint).info.name},
                            {"slot", s->key},
@@ -1836,6 +1834,7 @@ private:
   uint32_t slot_wait_serial_ = 0;
 
   bool all_started_ = false; // static: every rank was started (the start deadline is over)
+  size_t launched_ = 0;      // static: processes started so far
   bool finishing_ = false;   // a rank of the current generation exited 0
   bool done_ = false;        // stopping (failure or interrupt)
   bool finished_ = false;

@@ -36,11 +36,10 @@ void put_bytes(std::string& out, std::string_view b) {
 bool parse_int64(const std::string& s, int64_t& v) {
   if (s.empty() || s.size() > 32)
     return false;
-  std::string z{s};
   char* end = nullptr;
   errno = 0;
-  long long x = std::strtoll(z.c_str(), &end, 10);
-  if (errno != 0 || end == z.c_str())
+  long long x = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str())
     return false;
   v = x;
   return true;
