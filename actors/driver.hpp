@@ -54,6 +54,9 @@ struct job_config {
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
   torch_store_mode torch_store = torch_store_mode::automatic;
   std::optional<elastic_config> elastic; // set: hosts come from discovery, not `hosts`
+  // executor mode: the owner's channel (an inherited socket); ranks get channels too
+  int executor_fd = -1;
+  uint64_t max_frame = 256ull << 20; // largest payload of a frame, either direction
 };
 
 /// Filled in by the driver before it quits.

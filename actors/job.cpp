@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <map>
 #include <optional>
@@ -42,6 +43,7 @@
 #include "actors/config.hpp"
 #include "actors/driver_util.hpp"
 #include "actors/node_actors.hpp"
+#include "runtime/channel.hpp"
 #include "runtime/env.hpp"
 #include "runtime/event_log.hpp"
 #include "runtime/generation.hpp"
@@ -65,7 +67,14 @@ using job_actor = driver_full_actor::extend<
     caf::reacts_to<probed_atom, std::string, std::string, std::string>>;
 
 // deadline_atom kinds (low 4 bits; the rest is a serial number)
-enum : uint32_t { dl_teardown = 1, dl_slots = 2, dl_barrier = 3, dl_start = 4 };
+enum : uint32_t {
+  dl_teardown = 1,
+  dl_slots = 2,
+  dl_barrier = 3,
+  dl_start = 4,
+  dl_owner = 5,   // executor: the owner's start frame
+  dl_shutdown = 6 // executor: ranks end after their channel closed
+};
 
 using clock_type = std::chrono::steady_clock;
 
@@ -114,6 +123,10 @@ struct eslot {
   int exit_code = -1;
   bool launched = false;            // its process was started
   clock_type::time_point started{}; // when its process was asked for
+  // executor mode
+  std::deque<uint64_t> calls;  // sent to it and not answered yet
+  std::string channel_problem; // how it broke its channel, if it did
+  std::optional<std::string> boot_result;
 };
 
 class job : public job_actor::base {
@@ -147,12 +160,10 @@ public:
       start["hosts"] = hs;
     }
     events_.emit("job.start", start);
-    if (elastic_) {
-      send(this, discover_atom::value);
-    } else {
-      phase("connect");
-      start_fixed_hosts();
-    }
+    if (executor())
+      open_control(); // the owner's start frame begins the job
+    else
+      begin();
     return {
         [this](output_atom, output_batch& b) -> caf::result<caf::ok_atom> {
           print_output(b);
@@ -167,6 +178,27 @@ public:
         [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
         [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
         [this](rejoin_atom, uint64_t gen) { on_rejoin(gen); },
+        [this](result_atom, uint32_t slot, uint64_t id, std::string& payload) {
+          on_result(slot, id, std::move(payload));
+        },
+        [this](log_atom, uint32_t slot, std::string& payload) -> caf::result<caf::ok_atom> {
+          return on_log(slot, std::move(payload));
+        },
+        [this](log_atom, uint64_t id) {
+          if (auto it = log_acks_.find(id); it != log_acks_.end()) {
+            it->second.deliver(caf::ok_atom::value);
+            log_acks_.erase(it);
+          }
+        },
+        [this](chanfail_atom, uint32_t slot, std::string& what) {
+          if (auto* s = slot_by_id(slot)) {
+            s->channel_problem = what;
+            log("rank {} ({}) broke its executor channel: {}", s->rank, s->key, what);
+          }
+        },
+        [this](control_atom, uint8_t kind, uint64_t id, uint32_t rank, uint32_t deadline,
+               std::string& payload) { on_control(kind, id, rank, deadline, std::move(payload)); },
+        [this](chanend_atom, std::string& problem) { on_owner_gone(problem); },
         [this](probed_atom, std::string& ep, std::string& address, std::string& problem) {
           if (auto it = hosts_.find(ep); it != hosts_.end() && !address.empty())
             it->second.address = address;
@@ -185,6 +217,245 @@ public:
   }
 
 private:
+  void begin() {
+    if (elastic_) {
+      send(this, discover_atom::value);
+    } else {
+      phase("connect");
+      start_fixed_hosts();
+    }
+  }
+
+  // -- executor mode --------------------------------------------------------------------
+  // The owner (the program that drives the executor) sends start, calls and shutdown on
+  // its channel; results, failures, logs, the rank table and the end go back. Payloads
+  // are opaque; each call is relayed to its ranks' workers, which keep the order.
+
+  bool executor() const { return job_.executor_fd >= 0; }
+
+  void open_control() {
+    auto hdl = caf::actor_cast<driver_full_actor>(this);
+    control_ = std::make_unique<frame_channel>(
+        job_.executor_fd, job_.max_frame,
+        [hdl](frame&& f) {
+          caf::anon_send(hdl, control_atom::value, static_cast<uint8_t>(f.kind), f.id, f.rank,
+                         f.deadline_ms, std::move(f.payload));
+        },
+        [hdl](const std::string& problem) { caf::anon_send(hdl, chanend_atom::value, problem); });
+    delayed_send(this, job_.start_timeout, deadline_atom::value, uint32_t{dl_owner});
+  }
+
+  void to_owner(frame_kind kind, uint64_t id, uint32_t rank, std::string payload,
+                std::function<void()> done = {}) {
+    if (!control_) {
+      if (done)
+        done();
+      return;
+    }
+    frame f;
+    f.kind = kind;
+    f.id = id;
+    f.rank = rank;
+    f.payload = std::move(payload);
+    control_->send(std::move(f), std::move(done));
+  }
+
+  void owner_broke(const std::string& what) {
+    fail(fmt::format("the executor's owner {}", what));
+  }
+
+  void on_control(uint8_t kind, uint64_t id, uint32_t rank, uint32_t deadline,
+                  std::string payload) {
+    switch (static_cast<frame_kind>(kind)) {
+      case frame_kind::start:
+        if (owner_started_)
+          return owner_broke("sent a second start frame");
+        owner_started_ = true;
+        boot_ = std::move(payload);
+        log("the executor's owner started the job (boot call: {} bytes)", boot_.size());
+        return begin();
+      case frame_kind::call:
+        return on_call(id, rank, deadline, std::move(payload));
+      case frame_kind::shutdown:
+        return on_shutdown();
+      default:
+        return owner_broke(fmt::format("sent a {} frame (the owner may send start, call and "
+                                       "shutdown)",
+                                       frame_kind_name(kind)));
+    }
+  }
+
+  // The slot that has rank `r` in the current plan.
+  eslot* slot_of_rank(uint32_t r) {
+    if (r >= gen_.plan.size())
+      return nullptr;
+    return current(slot_key(gen_.plan[r].hostname, gen_.plan[r].local_rank));
+  }
+
+  std::string rank_label(const eslot& s) {
+    return fmt::format("rank {} on host {}", s.rank, hosts_.at(s.endpoint).info.name);
+  }
+
+  void on_call(uint64_t id, uint32_t rank, uint32_t deadline, std::string payload) {
+    if (id <= last_call_) {
+      return owner_broke(
+          fmt::format("sent call {} after call {} (call ids must increase)", id, last_call_));
+    }
+    last_call_ = id;
+    auto refuse = [&](uint32_t r, const std::string& why) {
+      to_owner(frame_kind::failed, id, r, why);
+    };
+    if (elastic_)
+      return refuse(rank, "an elastic executor runs only its start function; calls are for "
+                          "static executors");
+    if (done_ || shutdown_requested_)
+      return refuse(rank, failure_ ? fmt::format("the worker group failed: {}", *failure_)
+                                   : std::string{"the worker group is shutting down"});
+    if (!all_started_)
+      return refuse(rank, "the ranks are not all started yet (wait for the rank table)");
+    if (rank != all_ranks && rank >= gen_.plan.size())
+      return refuse(rank, fmt::format("there is no rank {}: the job has {} ranks", rank,
+                                      gen_.plan.size()));
+    uint32_t first = rank == all_ranks ? 0 : rank;
+    uint32_t last = rank == all_ranks ? static_cast<uint32_t>(gen_.plan.size()) : rank + 1;
+    for (uint32_t r = first; r < last; ++r) {
+      auto* s = slot_of_rank(r);
+      if (!s || !s->running || !s->worker) {
+        refuse(r, fmt::format("rank {} is not running", r));
+        continue;
+      }
+      s->calls.push_back(id);
+      send(s->worker, call_atom::value, id, deadline, r + 1 == last ? std::move(payload) : payload);
+    }
+  }
+
+  void on_result(uint32_t slot, uint64_t id, std::string payload) {
+    auto* s = slot_by_id(slot);
+    if (!s)
+      return;
+    if (auto it = std::find(s->calls.begin(), s->calls.end(), id); it != s->calls.end())
+      s->calls.erase(it);
+    if (id == 0 && elastic_) {
+      // The start function's value: returned when the job ends, for its final ranks.
+      s->boot_result = std::move(payload);
+      return;
+    }
+    to_owner(frame_kind::result, id, static_cast<uint32_t>(s->rank), std::move(payload));
+  }
+
+  caf::result<caf::ok_atom> on_log(uint32_t slot, std::string payload) {
+    auto* s = slot_by_id(slot);
+    if (!s || !control_)
+      return caf::ok_atom::value;
+    auto id = next_log_ack_++;
+    auto rp = make_response_promise<caf::ok_atom>();
+    log_acks_.emplace(id, rp);
+    auto hdl = caf::actor_cast<driver_full_actor>(this);
+    // acknowledged once written to the owner: a rank cannot log faster than it reads
+    to_owner(frame_kind::log, 0, static_cast<uint32_t>(s->rank), std::move(payload),
+             [hdl, id] { caf::anon_send(hdl, log_atom::value, id); });
+    return rp;
+  }
+
+  // Every call the slot has not answered fails with `cause`.
+  void fail_calls(eslot& s, const std::string& cause) {
+    for (auto id : s.calls)
+      to_owner(frame_kind::failed, id, static_cast<uint32_t>(s.rank), cause);
+    s.calls.clear();
+  }
+
+  // Why a slot's process is gone, for the calls it leaves unanswered.
+  std::string loss_cause(const eslot& s, const std::string& how) {
+    auto who = fmt::format("rank {} on host {}", s.rank, hosts_.at(s.endpoint).info.name);
+    if (!s.channel_problem.empty())
+      return fmt::format("{} broke its executor channel: {} (its process was killed: {})", who,
+                         s.channel_problem, how);
+    if (done_ && failure_ && !shutdown_requested_)
+      return fmt::format("{} was stopped ({}) because the worker group failed: {}", who, how,
+                         *failure_);
+    return fmt::format("{} died: {}", who, how);
+  }
+
+  void send_rank_table() {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (auto& row : gen_.plan)
+      ranks.push_back({{"rank", row.rank},
+                       {"host", row.hostname},
+                       {"local_rank", row.local_rank},
+                       {"local_size", row.local_size},
+                       {"cross_rank", row.cross_rank},
+                       {"cross_size", row.cross_size}});
+    to_owner(frame_kind::ranks, gen_.number, 0,
+             nlohmann::json{{"generation", gen_.number}, {"size", gen_.plan.size()},
+                            {"ranks", ranks}}
+                 .dump());
+  }
+
+  // The owner asks for the end: every rank's channel closes (the process reads EOF and
+  // exits 0); after the grace period the rest are stopped.
+  void on_shutdown() {
+    if (shutdown_requested_)
+      return;
+    shutdown_requested_ = true;
+    log("the executor's owner asked for shutdown");
+    if (done_)
+      return maybe_finish();
+    if (elastic_ || !all_started_) {
+      // nothing to hand back: stop what runs
+      interrupted_by_owner_ = true;
+      teardown();
+      return;
+    }
+    finishing_ = true;
+    for (auto& [id, s] : slots_)
+      if (s.running && s.worker)
+        send(s.worker, close_atom::value);
+    delayed_send(this, job_.kill_grace, deadline_atom::value, uint32_t{dl_shutdown});
+    maybe_finish();
+  }
+
+  void on_owner_gone(const std::string& problem) {
+    if (finished_)
+      return;
+    owner_gone_ = true;
+    if (!problem.empty())
+      say("the executor's owner broke its channel: {}", problem);
+    if (done_)
+      return;
+    if (shutdown_requested_ && problem.empty())
+      return; // shutting down already; nobody waits for the end frame
+    failure_ = problem.empty() ? std::string{"the executor's owner closed its channel"}
+                               : fmt::format("the executor's owner broke its channel: {}", problem);
+    failure_said_ = true;
+    say("{}; stopping the job", *failure_);
+    teardown();
+  }
+
+  // At the end: nothing stays unanswered, an elastic start function's values come back
+  // for the final generation's ranks, and the end frame is the last thing written.
+  void end_for_owner(int code) {
+    if (!control_)
+      return;
+    for (auto& [id, s] : slots_)
+      fail_calls(s, fmt::format("the job ended before rank {} answered{}", s.rank,
+                                failure_ ? ": " + *failure_ : std::string{}));
+    if (elastic_ && code == 0 && !boot_.empty()) {
+      for (uint32_t r = 0; r < gen_.plan.size(); ++r) {
+        auto* s = slot_of_rank(r);
+        if (s && s->boot_result)
+          to_owner(frame_kind::result, 0, r, std::move(*s->boot_result));
+        else
+          to_owner(frame_kind::failed, 0, r,
+                   fmt::format("rank {} of the final generation returned no value", r));
+      }
+    }
+    to_owner(frame_kind::end, static_cast<uint64_t>(code), 0,
+             failure_ ? *failure_ : std::string{});
+    control_->close_after_writes();
+    if (!owner_gone_ && !control_->flush(std::chrono::seconds(10)))
+      say("warning: the executor's owner did not read the job's end within 10 s");
+  }
+
   // -- helpers ------------------------------------------------------------------------
 
   long elapsed_ms() const {
@@ -1101,6 +1372,8 @@ private:
       released_gen_ = gen_.number;
       released_hosts_ = gen_.hosts();
       events_.emit("generation.released", {{"generation", gen_.number}});
+    if (executor())
+      send_rank_table();
     }
     // New slots get processes; running ones learn their place through rank_and_size.
     for (size_t r = 0; r < gen_.plan.size() && !done_; ++r) {
@@ -1250,8 +1523,18 @@ private:
     in.extra = job_.extra_env;
     if (elastic_)
       in.extra.push_back("HOROVOD_ELASTIC=1");
-    launch_spec spec{job_.command, build_rank_env(in), job_.cwd};
+    launch_spec spec;
+    spec.argv = job_.command;
+    spec.env = build_rank_env(in);
+    spec.cwd = job_.cwd;
     spec.env.push_back("PWD=" + job_.cwd);
+    if (executor()) {
+      spec.executor = true;
+      spec.boot = boot_;
+      spec.max_frame = job_.max_frame;
+      if (!boot_.empty())
+        s.calls.push_back(0);
+    }
     open_outputs(s.key);
     auto id = s.id;
     request(s.worker, job_.start_timeout, launch_atom::value, std::move(spec))
@@ -1273,6 +1556,8 @@ private:
                 all_started_ = true;
                 log("all {} ranks started", gen_.plan.size());
                 phase("run");
+                if (executor())
+                  send_rank_table();
               }
             },
             [this, id](caf::error& e) {
@@ -1432,6 +1717,8 @@ private:
     auto how = describe_exit(st, ex.stopped_by);
     s->exit_code = st.launcher_code();
     log("rank {} on {} ended: {}", s->rank, s->key, how);
+    if (executor())
+      fail_calls(*s, loss_cause(*s, how));
     if (events_.enabled()) {
       nlohmann::json ended{{"rank", s->rank},
                            {"host", hosts_.at(s->endpoint).info.name},
@@ -1454,7 +1741,9 @@ private:
       gen_.votes.erase(s->key);
       return maybe_finish();
     }
-    if (st.launcher_code() == 0) {
+    // A static executor's ranks end when the owner shuts them down, not before.
+    bool early_end = executor() && !elastic_ && !shutdown_requested_;
+    if (st.launcher_code() == 0 && !early_end) {
       if (!finishing_) {
         finishing_ = true;
         log("rank {} finished; the job ends when the others do", s->rank);
@@ -1466,8 +1755,12 @@ private:
       return maybe_finish();
     }
     auto why = fmt::format("{} {}", st.exec_error.empty() ? "ended with" : "could not start:", how);
+    if (!s->channel_problem.empty())
+      why = fmt::format("broke its executor channel: {}", s->channel_problem);
+    else if (early_end && st.launcher_code() == 0)
+      why = "ended (exit code 0) while the executor still needed it";
     if (!elastic_)
-      return failed_fast(*s, why, how, st.launcher_code());
+      return failed_fast(*s, why, how, std::max(st.launcher_code(), 1));
     slot_failed(*s, why);
   }
 
@@ -1569,6 +1862,8 @@ private:
         if (s.endpoint != ep || !s.running)
           continue;
         s.running = false;
+        if (executor())
+          fail_calls(s, fmt::format("rank {} on host {} was lost: {}", s.rank, h.label(), why));
         if (!s.retired && in_plan(s.key))
           had_ranks = true;
         s.retired = true;
@@ -1683,6 +1978,18 @@ private:
                        "(--min-np); available: {}{}",
                        ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total),
                        first_failure_ ? "; first failure: " + *first_failure_ : std::string{}));
+    } else if (kind == dl_owner && !owner_started_ && !done_) {
+      fail(fmt::format("start timeout ({} s) expired waiting for the executor's owner to send "
+                       "its start frame",
+                       job_.start_timeout.count() / 1000.0));
+    } else if (kind == dl_shutdown && !finished_) {
+      std::vector<int> left;
+      for (auto& [id, s] : slots_)
+        if (s.running)
+          left.push_back(s.rank);
+      say("ranks {} did not end within {} s of closing their channels; stopping them",
+          fmt::join(left, ", "), job_.kill_grace.count() / 1000.0);
+      teardown();
     } else if (kind == dl_start && !elastic_ && !all_started_ && !done_) {
       fail(fmt::format("start timeout ({} s) expired waiting for: {}",
                        job_.start_timeout.count() / 1000.0, start_waits_for()));
@@ -1713,6 +2020,8 @@ private:
     int code = 0;
     if (interrupted_) {
       code = 128 + interrupted_;
+    } else if (interrupted_by_owner_ && !failure_) {
+      code = 0; // the owner asked for the end before the ranks finished
     } else if (failure_) {
       code = failure_code_;
     } else {
@@ -1738,6 +2047,7 @@ private:
     events_.emit("job.end", {{"code", code},
                              {"generations", gen_.number},
                              {"cause", failure_ ? nlohmann::json(*failure_) : nlohmann::json()}});
+    end_for_owner(code);
     result_->exit_code = code;
     quit();
   }
@@ -1832,6 +2142,17 @@ private:
   std::string reset_reason_;
   bool waiting_slots_ = false;
   uint32_t slot_wait_serial_ = 0;
+
+  // executor mode
+  std::unique_ptr<frame_channel> control_; // the owner's channel
+  bool owner_started_ = false;
+  bool owner_gone_ = false;
+  bool shutdown_requested_ = false;
+  bool interrupted_by_owner_ = false;
+  std::string boot_; // call 0 of every process
+  uint64_t last_call_ = 0;
+  uint64_t next_log_ack_ = 0;
+  std::map<uint64_t, caf::typed_response_promise<caf::ok_atom>> log_acks_;
 
   bool all_started_ = false; // static: every rank was started (the start deadline is over)
   size_t launched_ = 0;      // static: processes started so far

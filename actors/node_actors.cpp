@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
 
@@ -127,6 +130,61 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
   };
 }
 
+namespace {
+
+using worker_ptr = worker_actor::stateful_pointer<worker_state>;
+
+// The reader thread turns frames into messages to the worker; a rank may only answer
+// and log, and its log records wait for credit (a rank that logs without pause blocks
+// on its socket, nothing is dropped).
+void open_channel(worker_ptr self, int fd, uint64_t max_frame) {
+  auto hdl = caf::actor_cast<worker_actor>(self);
+  auto window = self->state.log_window;
+  self->state.channel = std::make_unique<frame_channel>(
+      fd, max_frame > 0 ? max_frame : default_max_frame,
+      [hdl, window](frame&& f) {
+        switch (f.kind) {
+          case frame_kind::result:
+            caf::anon_send(hdl, result_atom::value, f.id, std::move(f.payload));
+            break;
+          case frame_kind::log:
+            if (window->acquire())
+              caf::anon_send(hdl, log_atom::value, std::move(f.payload));
+            break;
+          default:
+            caf::anon_send(hdl, chanend_atom::value,
+                           fmt::format("sent a {} frame (a rank may send only result and log)",
+                                       frame_kind_name(static_cast<uint8_t>(f.kind))));
+        }
+      },
+      [hdl](const std::string& problem) { caf::anon_send(hdl, chanend_atom::value, problem); });
+}
+
+void start_call(worker_ptr self, uint64_t id, uint32_t deadline_ms, std::string payload) {
+  auto& st = self->state;
+  st.calls.push_back(id);
+  frame f;
+  f.kind = frame_kind::call;
+  f.id = id;
+  f.deadline_ms = deadline_ms;
+  f.payload = std::move(payload);
+  st.channel->send(std::move(f));
+  if (deadline_ms > 0)
+    self->delayed_send(self, std::chrono::milliseconds(deadline_ms), deadline_atom::value, id);
+}
+
+// The rank broke its channel's rules: its state is unknown, so it ends now; the job
+// hears why before the exit report.
+void channel_broke(worker_ptr self, const std::string& what) {
+  auto& st = self->state;
+  st.channel_broken = true;
+  self->send(st.driver, chanfail_atom::value, st.rank, what);
+  if (st.child)
+    st.child->signal_group(SIGKILL);
+}
+
+} // namespace
+
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_state> self,
                                       colocator_actor colocator, driver_actor driver,
                                       uint32_t rank) {
@@ -150,6 +208,18 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         auto hdl = caf::actor_cast<worker_actor>(self);
         auto window = st.window;
         auto r = st.rank;
+        int sv[2] = {-1, -1};
+        if (spec.executor) {
+          if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+            report_exit(exit_status{
+                127, 0, fmt::format("cannot make the executor channel: {}", std::strerror(errno))});
+            return 0;
+          }
+          ps.channel_fd = sv[1];
+          ps.env.push_back(fmt::format("CAF_HVD_CHANNEL_FD={}", rank_channel_fd));
+          ps.env.push_back(fmt::format("CAF_HVD_MAX_FRAME={}",
+                                       spec.max_frame > 0 ? spec.max_frame : default_max_frame));
+        }
         try {
           st.child = std::make_unique<child_process>(
               ps,
@@ -163,10 +233,65 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
                                rank_exit{r, {}, es.code, es.signal, es.exec_error, {}});
               });
         } catch (const std::exception& e) {
+          for (int fd : sv)
+            if (fd >= 0)
+              ::close(fd);
           report_exit(exit_status{127, 0, e.what()});
           return 0;
         }
+        if (spec.executor) {
+          ::close(sv[1]);
+          open_channel(self, sv[0], spec.max_frame);
+          if (!spec.boot.empty())
+            start_call(self, 0, 0, std::move(spec.boot));
+        }
         return st.child->pid();
+      },
+      [=](call_atom, uint64_t id, uint32_t deadline_ms, std::string& payload) {
+        auto& st = self->state;
+        if (!st.channel || st.channel_broken)
+          return; // the job learns why from chanfail or the exit report
+        start_call(self, id, deadline_ms, std::move(payload));
+      },
+      [=](close_atom) {
+        if (self->state.channel)
+          self->state.channel->close_after_writes();
+      },
+      [=](result_atom, uint64_t id, std::string& payload) {
+        auto& st = self->state;
+        if (st.channel_broken)
+          return;
+        if (st.calls.empty() || st.calls.front() != id)
+          return channel_broke(
+              self, st.calls.empty()
+                        ? fmt::format("answered call {} with no call outstanding", id)
+                        : fmt::format("answered call {} while call {} was the oldest outstanding",
+                                      id, st.calls.front()));
+        st.calls.pop_front();
+        self->send(st.driver, result_atom::value, st.rank, id, std::move(payload));
+      },
+      [=](log_atom, std::string& payload) {
+        auto window = self->state.log_window;
+        self->request(self->state.driver, std::chrono::seconds(60), log_atom::value,
+                      self->state.rank, std::move(payload))
+            .then([window](caf::ok_atom) { window->release(); },
+                  [window](caf::error&) { window->release(); });
+      },
+      [=](chanend_atom, const std::string& problem) {
+        auto& st = self->state;
+        if (st.channel_broken)
+          return;
+        if (!problem.empty())
+          return channel_broke(self, problem);
+        if (!st.calls.empty())
+          return channel_broke(self, fmt::format("closed its channel with {} call{} unanswered",
+                                                 st.calls.size(), st.calls.size() == 1 ? "" : "s"));
+      },
+      [=](deadline_atom, uint64_t id) {
+        auto& st = self->state;
+        if (st.channel_broken || std::find(st.calls.begin(), st.calls.end(), id) == st.calls.end())
+          return;
+        channel_broke(self, fmt::format("did not answer call {} within its deadline", id));
       },
       [=](terminate_atom, int32_t sig) {
         if (self->state.child)

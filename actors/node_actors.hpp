@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <deque>
+
 #include "actors/protocol.hpp"
+#include "runtime/channel.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
 
@@ -33,11 +36,20 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
 struct worker_state {
   worker_state() = default;
   std::shared_ptr<flow_window> window = std::make_shared<flow_window>(8);
+  std::shared_ptr<flow_window> log_window = std::make_shared<flow_window>(8);
   std::unique_ptr<child_process> child; // destroyed before the window: kills the group
   driver_actor driver;
   uint32_t rank = 0;
   std::string stopped_by; // why the agent stopped this rank, if it did
-  ~worker_state() { window->close(); }
+  // executor mode: the channel to the process and the calls it has not answered yet,
+  // oldest first (a rank answers in order)
+  std::unique_ptr<frame_channel> channel;
+  std::deque<uint64_t> calls;
+  bool channel_broken = false;
+  ~worker_state() {
+    window->close();
+    log_window->close();
+  }
   static inline const char* name = "worker";
 };
 

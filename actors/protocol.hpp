@@ -39,6 +39,14 @@ using vote_atom = caf::atom_constant<caf::atom("vote")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+// executor mode
+using call_atom = caf::atom_constant<caf::atom("call")>;
+using result_atom = caf::atom_constant<caf::atom("result")>;
+using log_atom = caf::atom_constant<caf::atom("log")>;
+using chanfail_atom = caf::atom_constant<caf::atom("chanfail")>;
+using chanend_atom = caf::atom_constant<caf::atom("chanend")>;
+using close_atom = caf::atom_constant<caf::atom("chclose")>;
+using control_atom = caf::atom_constant<caf::atom("control")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -95,10 +103,15 @@ struct launch_spec {
   std::vector<std::string> argv;
   std::vector<std::string> env; // KEY=VALUE
   std::string cwd;
+  // executor mode: the process gets a frame channel (descriptor 4) to its worker
+  bool executor = false;
+  std::string boot;            // call 0, written to the channel at start ("" = none)
+  uint64_t max_frame = 0;      // largest payload the rank may send
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, launch_spec& x) {
-  return f(caf::meta::type_name("launch_spec"), x.argv, x.env, x.cwd);
+  return f(caf::meta::type_name("launch_spec"), x.argv, x.env, x.cwd, x.executor, x.boot,
+           x.max_frame);
 }
 
 /// Whole lines a rank wrote to one stream (0 = stdout, 1 = stderr), in order.
@@ -129,19 +142,31 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 
 // -- interfaces ----------------------------------------------------------------------
 
-/// The part of the driver that node-side actors talk to. Output is a request so that
-/// the worker holds a bounded number of batches in flight (flow control end to end).
+/// The part of the driver that node-side actors talk to. Output and executor logs are
+/// requests so that the worker holds a bounded number in flight (flow control end to
+/// end). Executor messages name the slot (the id the worker was spawned with).
 using driver_actor =
     caf::typed_actor<caf::replies_to<output_atom, output_batch>::with<caf::ok_atom>,
                      caf::reacts_to<exited_atom, rank_exit>,
                      // the job's torch store closed a client for a protocol violation
-                     caf::reacts_to<tstore_atom, std::string>>;
+                     caf::reacts_to<tstore_atom, std::string>,
+                     // executor: a rank's answer to a call (slot, call id, payload)
+                     caf::reacts_to<result_atom, uint32_t, uint64_t, std::string>,
+                     // executor: a rank's log record (slot, payload)
+                     caf::replies_to<log_atom, uint32_t, std::string>::with<caf::ok_atom>,
+                     // executor: the rank broke its channel's rules (slot, what); its
+                     // process is killed, the exit report follows
+                     caf::reacts_to<chanfail_atom, uint32_t, std::string>>;
 
 /// The driver's full interface: node-side messages plus its own signals and deadlines.
 using driver_full_actor = driver_actor::extend<
     caf::reacts_to<interrupt_atom, int32_t>, // SIGINT/SIGTERM received by the driver
     caf::reacts_to<deadline_atom, uint32_t>, // a phase's deadline (phase number)
-    caf::reacts_to<output_atom, uint64_t>>;  // output batch N was written (flow control)
+    caf::reacts_to<output_atom, uint64_t>,   // output batch N was written (flow control)
+    // executor: a frame from the owner's channel (kind, id, rank, deadline, payload)
+    caf::reacts_to<control_atom, uint8_t, uint64_t, uint32_t, uint32_t, std::string>,
+    caf::reacts_to<chanend_atom, std::string>, // the owner's channel ended (problem)
+    caf::reacts_to<log_atom, uint64_t>>;        // log record N reached the owner
 
 /// One slot's process: runs the command, streams output, reports the exit.
 using worker_actor =
@@ -151,7 +176,16 @@ using worker_actor =
                      // the agent shuts down: SIGTERM, and say so in the exit report
                      caf::reacts_to<stop_atom, std::string>,
                      caf::reacts_to<output_atom, output_batch>, // from its reader thread
-                     caf::reacts_to<exited_atom, rank_exit>>;   // from its reader thread
+                     caf::reacts_to<exited_atom, rank_exit>,    // from its reader thread
+                     // executor: run a call (id, deadline ms or 0, payload)
+                     caf::reacts_to<call_atom, uint64_t, uint32_t, std::string>,
+                     // executor: end the channel (the process reads EOF and exits)
+                     caf::reacts_to<close_atom>,
+                     // executor, from the channel's reader thread
+                     caf::reacts_to<result_atom, uint64_t, std::string>,
+                     caf::reacts_to<log_atom, std::string>,
+                     caf::reacts_to<chanend_atom, std::string>, // closed ("" = clean EOF)
+                     caf::reacts_to<deadline_atom, uint64_t>>;  // call N's deadline
 
 /// One node's side of a job: its workers, free ports, interfaces, NIC probes, cleanup.
 using colocator_actor = caf::typed_actor<

@@ -347,11 +347,16 @@ struct job_options {
   int min_np = 0, max_np = 0, reset_limit = -1, slots_per_host = 0;
   double elastic_timeout = 600, discovery_interval = 1;
   std::vector<double> cooldown;
+  // executor mode
+  int executor_fd = -1;
+  double max_frame_mb = 256;
 
   job_options(const std::string& title, bool with_hosts) : desc{title}, visible{title} {
     po::options_description job{"the job"}, hosts_opts{"hosts"}, elastic{"elastic jobs"},
         output{"output"}, net{"networking"}, torch{"torch.distributed"},
-        compat{"horovodrun and torchrun spellings"}, hidden;
+        compat{"horovodrun and torchrun spellings"}, exec{"executor mode (the caf_hvd Python "
+                                                          "package starts this)"},
+        hidden;
     job.add_options()("help,h", "show this help")("np", po::value(&np),
                                                   "number of ranks (elastic: the initial minimum)")(
         "start-timeout", po::value(&start_timeout)->default_value(30),
@@ -404,6 +409,11 @@ struct job_options {
           "[LOW, HIGH] (default: never)")("discovery-interval",
                                           po::value(&discovery_interval)->default_value(1),
                                           "seconds between runs of the discovery script");
+    exec.add_options()("executor-fd", po::value(&executor_fd),
+                       "FD is a connected socket to the executor's owner: ranks get frame "
+                       "channels, calls come from FD (README: Executor frames)")(
+        "executor-max-frame-mb", po::value(&max_frame_mb)->default_value(256),
+        "largest frame payload in MiB, either direction");
     compat.add_options()("num-proc", po::value(&np), "= -np (horovodrun)")(
         "network-interfaces", po::value(&nics), "= --network-interface (horovodrun)")(
         "gloo-timeout-seconds", po::value(&gloo_timeout),
@@ -430,7 +440,7 @@ struct job_options {
     visible.add(job).add(hosts_opts);
     if (with_hosts)
       visible.add(elastic);
-    visible.add(output).add(net).add(torch).add(compat);
+    visible.add(output).add(net).add(torch).add(exec).add(compat);
     desc.add(visible).add(hidden);
   }
   void print_help(std::ostream& os, const std::string& title) const {
@@ -645,6 +655,21 @@ int run_job(int argc, char** argv, bool embedded) {
     ::close(fd);
     job.events_file = o.events;
   }
+  if (vm.count("executor-fd")) {
+    struct stat st {};
+    if (o.executor_fd < 0 || ::fstat(o.executor_fd, &st) != 0)
+      throw usage_error(fmt::format("--executor-fd {}: not an open descriptor", o.executor_fd));
+    if (!S_ISSOCK(st.st_mode))
+      throw usage_error(
+          fmt::format("--executor-fd {}: not a socket (the owner passes one end of a "
+                      "socketpair)",
+                      o.executor_fd));
+    ::fcntl(o.executor_fd, F_SETFD, FD_CLOEXEC); // no child inherits the owner's channel
+    job.executor_fd = o.executor_fd;
+  }
+  if (!(o.max_frame_mb > 0 && o.max_frame_mb <= 4095))
+    throw usage_error("--executor-max-frame-mb must be between 0 and 4095");
+  job.max_frame = static_cast<uint64_t>(o.max_frame_mb * 1024 * 1024);
   bool elastic = vm.count("host-discovery-script") > 0;
   for (auto flag : {"min-np", "max-np", "slots-per-host", "elastic-timeout", "reset-limit",
                     "blacklist-cooldown-range"})

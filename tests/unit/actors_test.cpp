@@ -45,6 +45,12 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self,
       },
       [](output_atom, output_batch&) {},
       [](exited_atom, rank_exit&) {},
+      [](call_atom, uint64_t, uint32_t, std::string&) {},
+      [](close_atom) {},
+      [](result_atom, uint64_t, std::string&) {},
+      [](log_atom, std::string&) {},
+      [](chanend_atom, std::string&) {},
+      [](deadline_atom, uint64_t) {},
   };
 }
 
@@ -53,6 +59,9 @@ driver_actor::behavior_type fake_driver() {
       [](output_atom, output_batch&) { return caf::ok_atom::value; },
       [](exited_atom, rank_exit&) {},
       [](tstore_atom, std::string&) {},
+      [](result_atom, uint32_t, uint64_t, std::string&) {},
+      [](log_atom, uint32_t, std::string&) { return caf::ok_atom::value; },
+      [](chanfail_atom, uint32_t, std::string&) {},
   };
 }
 

@@ -86,6 +86,12 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_ac
       [](stop_atom, std::string&) {},
       [](output_atom, output_batch&) {},
       [](exited_atom, rank_exit&) {},
+      [](call_atom, uint64_t, uint32_t, std::string&) {},
+      [](close_atom) {},
+      [](result_atom, uint64_t, std::string&) {},
+      [](log_atom, std::string&) {},
+      [](chanend_atom, std::string&) {},
+      [](deadline_atom, uint64_t) {},
   };
 }
 
