@@ -1372,8 +1372,6 @@ private:
       released_gen_ = gen_.number;
       released_hosts_ = gen_.hosts();
       events_.emit("generation.released", {{"generation", gen_.number}});
-    if (executor())
-      send_rank_table();
     }
     // New slots get processes; running ones learn their place through rank_and_size.
     for (size_t r = 0; r < gen_.plan.size() && !done_; ++r) {
@@ -1704,6 +1702,8 @@ private:
     server_->release(gen_.plan);
     events_.emit("generation.released", {{"generation", gen_.number}});
     log("generation {} released: all {} ranks joined", gen_.number, gen_.plan.size());
+    if (executor())
+      send_rank_table();
   }
 
   // -- exits and failures -------------------------------------------------------------
@@ -1756,9 +1756,9 @@ private:
     }
     auto why = fmt::format("{} {}", st.exec_error.empty() ? "ended with" : "could not start:", how);
     if (!s->channel_problem.empty())
-      why = fmt::format("broke its executor channel: {}", s->channel_problem);
+      why = how = fmt::format("broke its executor channel: {} (killed)", s->channel_problem);
     else if (early_end && st.launcher_code() == 0)
-      why = "ended (exit code 0) while the executor still needed it";
+      why = how = "ended (exit code 0) while the executor still needed it";
     if (!elastic_)
       return failed_fast(*s, why, how, std::max(st.launcher_code(), 1));
     slot_failed(*s, why);

@@ -187,11 +187,11 @@ frame_channel::frame_channel(int fd, uint64_t max_payload, frame_fn on_frame, cl
       auto n = ::read(sh->fd, buf.data(), buf.size());
       if (n < 0 && errno == EINTR)
         continue;
-      if (n < 0) {
+      if (n < 0 && errno != ECONNRESET) { // a reset is the peer's end, as EOF is
         problem = sh->stop ? std::string{} : fmt::format("read failed: {}", std::strerror(errno));
         break;
       }
-      if (n == 0) {
+      if (n <= 0) {
         problem = dec.at_eof();
         break;
       }

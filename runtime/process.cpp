@@ -163,9 +163,19 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
   posix_spawn_file_actions_adddup2(&fa, status_pipe[1], 3);
+  // Executor mode: the channel becomes descriptor 4 (the shim leaves it open for the
+  // command; a copy under another number first, since dup2(4, 4) would keep CLOEXEC).
+  fd_guard channel_copy;
+  if (spec.channel_fd >= 0) {
+    channel_copy.fd = fcntl(spec.channel_fd, F_DUPFD_CLOEXEC, rank_channel_fd + 1);
+    if (channel_copy.fd < 0)
+      throw std::runtime_error(fmt::format("dup: {}", std::strerror(errno)));
+    posix_spawn_file_actions_adddup2(&fa, channel_copy.fd, rank_channel_fd);
+  }
   // No descriptor of the agent reaches a rank (libraries such as Asio open sockets
-  // without O_CLOEXEC); the shim gets stdio and its status descriptor only.
-  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+  // without O_CLOEXEC); the shim gets stdio, its status descriptor and the channel.
+  posix_spawn_file_actions_addclosefrom_np(&fa, spec.channel_fd >= 0 ? rank_channel_fd + 1
+                                                                     : rank_channel_fd);
   if (!spec.cwd.empty())
     posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
   posix_spawnattr_t attr;

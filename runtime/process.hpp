@@ -66,7 +66,11 @@ struct process_spec {
   std::vector<std::string> argv; // the user's command, argv[0] looked up in PATH
   std::vector<std::string> env;  // complete environment, KEY=VALUE
   std::string cwd;               // working directory ("" = inherit)
+  int channel_fd = -1;           // executor mode: becomes the command's descriptor 4
 };
+
+/// The descriptor number under which an executor's rank process finds its channel.
+inline constexpr int rank_channel_fd = 4;
 
 /// A running rank process. Destroying it kills the whole process group; the reader
 /// thread still reaps the child and reports the exit through `on_exit`.

@@ -13,11 +13,14 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "actors/config.hpp"
 #include "actors/driver.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/channel.hpp"
 
 using namespace cafhvd;
 
@@ -27,6 +30,9 @@ namespace {
 struct node_log {
   std::map<uint32_t, worker_actor> workers; // slot id -> its worker
   std::map<uint32_t, std::vector<std::string>> envs;
+  std::map<uint32_t, launch_spec> specs;                                   // executor mode
+  std::map<uint32_t, std::vector<std::pair<uint64_t, std::string>>> calls; // slot -> calls
+  std::map<uint32_t, int> closes;                                          // slot -> chclose
   std::map<uint32_t, std::vector<int32_t>> signals;
   int terminates = 0;             // teardowns asked of the colocator
   bool answer_node_info = true;   // false: a node agent that never answers
@@ -73,6 +79,7 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_ac
   return {
       [=](launch_atom, launch_spec& spec) -> int32_t {
         the_log->envs[id] = spec.env;
+        the_log->specs[id] = spec;
         return static_cast<int32_t>(1000 + id);
       },
       [=](terminate_atom, int32_t sig) {
@@ -86,8 +93,10 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_ac
       [](stop_atom, std::string&) {},
       [](output_atom, output_batch&) {},
       [](exited_atom, rank_exit&) {},
-      [](call_atom, uint64_t, uint32_t, std::string&) {},
-      [](close_atom) {},
+      [=](call_atom, uint64_t call, uint32_t, std::string& payload) {
+        the_log->calls[id].emplace_back(call, payload);
+      },
+      [=](close_atom) { ++the_log->closes[id]; },
       [](result_atom, uint64_t, std::string&) {},
       [](log_atom, std::string&) {},
       [](chanend_atom, std::string&) {},
@@ -338,4 +347,189 @@ TEST_CASE_FIXTURE(fixture, "elastic: a slot that leaves and traps SIGTERM gets S
   CHECK(log.signals[leaving] == std::vector<int32_t>{SIGTERM, SIGKILL});
   log.ignore_sigterm = false;
   interrupt();
+}
+
+// -- executor mode -------------------------------------------------------------------------
+
+namespace {
+
+// The executor's owner: the test's end of the job's control socketpair. Frames the job
+// writes are read while the test scheduler runs (the channel's threads post to it).
+struct owner_fixture : fixture {
+  int sv[2] = {-1, -1};
+  owner_fixture() { REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0); }
+  ~owner_fixture() {
+    if (sv[1] >= 0)
+      ::close(sv[1]);
+  }
+  void start_executor(int np) {
+    job_config c;
+    c.embedded = true;
+    c.np = np;
+    c.hosts = {host_spec{"localhost", 0, static_cast<uint32_t>(np)}};
+    c.command = {"python3", "-m", "caf_hvd.worker"};
+    c.cwd = "/";
+    c.torch_store = torch_store_mode::off;
+    c.executor_fd = sv[0];
+    job = spawn_driver(sys, c, result);
+    sched.run();
+  }
+  void send(frame_kind k, uint64_t id, uint32_t rank, std::string payload) {
+    frame f;
+    f.kind = k;
+    f.id = id;
+    f.rank = rank;
+    f.payload = std::move(payload);
+    REQUIRE(write_frame(sv[1], f));
+  }
+  // Runs the scheduler until `pred` holds (messages from the channel's threads arrive
+  // in real time).
+  template <class Pred> void run_until(Pred pred, const char* what) {
+    for (int i = 0; i < 500; ++i) {
+      sched.run();
+      if (pred())
+        return;
+      ::usleep(10000);
+    }
+    FAIL("timed out waiting for " << what);
+  }
+  frame next_frame() {
+    for (int i = 0; i < 500; ++i) {
+      sched.run();
+      pollfd p{sv[1], POLLIN, 0};
+      if (::poll(&p, 1, 10) == 1) {
+        auto f = read_frame(sv[1]);
+        REQUIRE(f);
+        return *f;
+      }
+    }
+    FAIL("no frame from the job within 5 s");
+    return {};
+  }
+  void answer(uint32_t slot, uint64_t call, std::string payload) {
+    caf::anon_send(job, result_atom::value, slot, call, std::move(payload));
+    sched.run();
+  }
+};
+
+} // namespace
+
+TEST_CASE_FIXTURE(owner_fixture, "executor: nothing starts before the owner's start frame; the "
+                                 "boot call goes with every launch; results return per rank") {
+  start_executor(3);
+  CHECK(log.envs.empty());
+  send(frame_kind::start, 0, 0, "BOOT");
+  run_until([&] { return log.specs.size() == 3; }, "three launches");
+  for (auto& [id, spec] : log.specs) {
+    CHECK(spec.executor);
+    CHECK(spec.boot == "BOOT");
+  }
+  auto table = next_frame();
+  REQUIRE(table.kind == frame_kind::ranks);
+  auto j = nlohmann::json::parse(table.payload);
+  CHECK(j["size"] == 3);
+  CHECK(j["ranks"][2]["local_rank"] == 2);
+  // boot answers pass through as results of call 0, in the order they come
+  for (int r : {1, 0, 2}) {
+    answer(slot_of_rank(r), 0, "r" + std::to_string(r));
+    auto b = next_frame();
+    CHECK(b.kind == frame_kind::result);
+    CHECK(b.id == 0);
+    CHECK(b.rank == static_cast<uint32_t>(r));
+    CHECK(b.payload == "r" + std::to_string(r));
+  }
+  // a call to all ranks reaches every worker with the same payload
+  send(frame_kind::call, 1, all_ranks, "CALL1");
+  run_until([&] { return log.calls.size() == 3; }, "the call at every worker");
+  for (auto& [slot, calls] : log.calls)
+    CHECK(calls == std::vector<std::pair<uint64_t, std::string>>{{1, "CALL1"}});
+  for (int r : {2, 0, 1})
+    answer(slot_of_rank(r), 1, "v" + std::to_string(r));
+  for (int r : {2, 0, 1}) {
+    auto f = next_frame();
+    CHECK(f.kind == frame_kind::result);
+    CHECK(f.id == 1);
+    CHECK(f.rank == static_cast<uint32_t>(r));
+    CHECK(f.payload == "v" + std::to_string(r));
+  }
+  // a call to one rank reaches only that rank; a rank that does not exist is refused
+  send(frame_kind::call, 2, 2, "ONLY2");
+  run_until([&] { return log.calls[slot_of_rank(2)].size() == 2; }, "the call at rank 2");
+  CHECK(log.calls[slot_of_rank(0)].size() == 1);
+  send(frame_kind::call, 3, 7, "NOBODY");
+  auto refused = next_frame();
+  CHECK(refused.kind == frame_kind::failed);
+  CHECK(refused.id == 3);
+  CHECK(refused.payload == "there is no rank 7: the job has 3 ranks");
+  // shutdown: every channel closes, the ranks exit 0, the end frame says 0; the call
+  // rank 2 never answered fails, it is not dropped
+  send(frame_kind::shutdown, 0, 0, "");
+  run_until([&] { return log.closes.size() == 3; }, "every channel closed");
+  for (int r = 0; r < 3; ++r)
+    exit(slot_of_rank(r), 0);
+  std::vector<frame> rest;
+  do
+    rest.push_back(next_frame());
+  while (rest.back().kind != frame_kind::end);
+  REQUIRE(rest.size() == 2);
+  CHECK(rest[0].kind == frame_kind::failed);
+  CHECK(rest[0].id == 2);
+  CHECK(rest[0].rank == 2);
+  CHECK(rest[1].id == 0); // exit code
+  CHECK(job_ended());
+  CHECK(result->exit_code == 0);
+}
+
+TEST_CASE_FIXTURE(owner_fixture, "executor: a rank that dies fails its call with rank, host "
+                                 "and cause; the others' calls name the first failure") {
+  start_executor(3);
+  send(frame_kind::start, 0, 0, "");
+  CHECK(next_frame().kind == frame_kind::ranks);
+  send(frame_kind::call, 1, all_ranks, "C");
+  run_until([&] { return log.calls.size() == 3; }, "the call at every worker");
+  answer(slot_of_rank(0), 1, "done0");
+  CHECK(next_frame().rank == 0);
+  caf::anon_send(job, exited_atom::value, rank_exit{slot_of_rank(1), "fake", 0, SIGKILL, {}, {}});
+  log.workers.erase(slot_of_rank(1));
+  sched.run();
+  std::map<uint32_t, std::string> failed;
+  frame f;
+  while ((f = next_frame()).kind != frame_kind::end) {
+    REQUIRE(f.kind == frame_kind::failed);
+    CHECK(f.id == 1);
+    failed[f.rank] = f.payload;
+  }
+  CHECK(failed.size() == 2); // rank 0 had answered
+  CHECK(failed[1] == "rank 1 on host fake died: signal 9 (Killed)");
+  CHECK(failed[2].find("rank 2 on host fake was stopped (signal 15 (Terminated)) because the "
+                       "worker group failed: rank 1 on host fake failed first: signal 9") == 0);
+  CHECK(f.id == 137);
+  CHECK(f.payload.find("rank 1 on host fake failed first: signal 9 (Killed)") == 0);
+  CHECK(job_ended());
+}
+
+TEST_CASE_FIXTURE(owner_fixture, "executor: a rank that exits 0 before shutdown fails the group; "
+                                 "an owner that goes away stops the job") {
+  SUBCASE("early exit") {
+    start_executor(2);
+    send(frame_kind::start, 0, 0, "");
+    CHECK(next_frame().kind == frame_kind::ranks);
+    exit(slot_of_rank(0), 0);
+    frame f;
+    while ((f = next_frame()).kind != frame_kind::end) {
+    }
+    CHECK(f.id == 1);
+    CHECK(f.payload.find("ended (exit code 0) while the executor still needed it")
+          != std::string::npos);
+  }
+  SUBCASE("owner gone") {
+    start_executor(2);
+    send(frame_kind::start, 0, 0, "");
+    CHECK(next_frame().kind == frame_kind::ranks);
+    ::close(sv[1]);
+    sv[1] = -1;
+    run_until([&] { return log.terminates == 1; }, "the ranks stopped");
+    CHECK(job_ended());
+    CHECK(result->exit_code != 0);
+  }
 }
