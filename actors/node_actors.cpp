@@ -134,6 +134,9 @@ namespace {
 
 using worker_ptr = worker_actor::stateful_pointer<worker_state>;
 
+// deadline_atom's id for "the channel reached EOF with calls outstanding"
+constexpr uint64_t eof_check = ~uint64_t{0};
+
 // The reader thread turns frames into messages to the worker; a rank may only answer
 // and log, and its log records wait for credit (a rank that logs without pause blocks
 // on its socket, nothing is dropped).
@@ -252,6 +255,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         if (!st.channel || st.channel_broken)
           return; // the job learns why from chanfail or the exit report
         start_call(self, id, deadline_ms, std::move(payload));
+        if (st.channel_eof) // nobody reads it: the EOF check decides
+          self->delayed_send(self, std::chrono::seconds(2), deadline_atom::value, eof_check);
       },
       [=](close_atom) {
         if (self->state.channel)
@@ -283,12 +288,17 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
           return;
         if (!problem.empty())
           return channel_broke(self, problem);
+        // A process that dies closes its channel first: give its exit report a moment
+        // to name the death before calling the EOF itself the cause.
+        st.channel_eof = true;
         if (!st.calls.empty())
-          return channel_broke(self, fmt::format("closed its channel with {} call{} unanswered",
-                                                 st.calls.size(), st.calls.size() == 1 ? "" : "s"));
+          self->delayed_send(self, std::chrono::seconds(2), deadline_atom::value, eof_check);
       },
       [=](deadline_atom, uint64_t id) {
         auto& st = self->state;
+        if (id == eof_check && !st.channel_broken && !st.calls.empty())
+          return channel_broke(self, fmt::format("closed its channel with {} call{} unanswered",
+                                                 st.calls.size(), st.calls.size() == 1 ? "" : "s"));
         if (st.channel_broken || std::find(st.calls.begin(), st.calls.end(), id) == st.calls.end())
           return;
         channel_broke(self, fmt::format("did not answer call {} within its deadline", id));

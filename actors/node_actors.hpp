@@ -46,6 +46,7 @@ struct worker_state {
   std::unique_ptr<frame_channel> channel;
   std::deque<uint64_t> calls;
   bool channel_broken = false;
+  bool channel_eof = false; // the process closed its end
   ~worker_state() {
     window->close();
     log_window->close();

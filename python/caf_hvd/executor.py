@@ -97,18 +97,45 @@ class _Job:
         cmd = args[:1] + args[1:2] + ["--executor-fd", str(child.fileno())] + args[2:]
         try:
             self.proc = subprocess.Popen(cmd, pass_fds=[child.fileno()], env=env,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except OSError as e:
             parent.close()
             raise ExecutorError(f"cannot start {args[0]}: {e}") from e
         finally:
             child.close()
+        # caf-hvd's own messages (and the ranks' stderr lines) go on to this program's
+        # stderr; its last words are kept for the errors raised here
+        self.last_words = []
+        self.stderr_pump = threading.Thread(target=self._pump_stderr, daemon=True)
+        self.stderr_pump.start()
         self.reader = threading.Thread(target=self._read, name="caf-hvd-executor", daemon=True)
         self.reader.start()
         self.logger = threading.Thread(target=self._run_callbacks, name="caf-hvd-callbacks",
                                        daemon=True)
         self.logger.start()
-        self._send(_frames.START, 0, 0, boot)
+        try:
+            self._send(_frames.START, 0, 0, boot)
+        except OSError:
+            pass  # caf-hvd is gone already: the reader reports how it ended
+
+    def _pump_stderr(self):
+        out = getattr(sys.stderr, "buffer", None)
+        for line in iter(self.proc.stderr.readline, b""):
+            if out is not None:
+                out.write(line)
+                out.flush()
+            else:
+                sys.stderr.write(line.decode(errors="replace"))
+            text = line.decode(errors="replace").rstrip()
+            if text.startswith("caf-hvd") and "WARNING" not in text and ":" in text:
+                self.last_words = (self.last_words + [text])[-5:]
+            elif text.startswith("  ") and self.last_words:  # a message's detail lines
+                self.last_words[-1] += " " + text.strip()
+        self.proc.stderr.close()
+
+    def said(self):
+        """caf-hvd's last messages, for an error."""
+        return "; ".join(self.last_words)
 
     # -- frames in ---------------------------------------------------------------------
 
@@ -120,6 +147,8 @@ class _Job:
                 if f is None:
                     break
                 self._on_frame(*f)
+        except ConnectionResetError:
+            pass  # caf-hvd is gone, as at EOF
         except (_frames.FrameError, OSError) as e:
             why = str(e)
         if not self.ended.is_set():
@@ -127,8 +156,10 @@ class _Job:
                 code = self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 code = None
+            self.stderr_pump.join(5)
+            said = self.said()
             self._end(1, f"caf-hvd exited without reporting the job's end (exit code {code}"
-                         + (f"; {why}" if why else "") + ")")
+                         + (f"; {why}" if why else "") + ")" + (f": {said}" if said else ""))
         self.log_queue.put(None)
 
     def host_of(self, rank):
@@ -262,6 +293,7 @@ class _Job:
         self.reader.join(timeout)
         self.sock.close()
         self.logger.join(timeout)
+        self.stderr_pump.join(timeout)
 
 
 def _pickled(what, obj):
