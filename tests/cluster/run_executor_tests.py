@@ -380,6 +380,50 @@ class AgentExecutorTest(unittest.TestCase):
             self.assertIn("rank 3 on host h2", str(cm.exception))
 
 
+def have_torch():
+    try:
+        import torch  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+class TorchExampleTest(unittest.TestCase):
+    """examples/executor_torch.py: a torch trainer class driven by execute; all ranks must
+    end with equal weights (it exits 1 otherwise)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not have_torch():
+            setup = subprocess.run([os.path.join(ROOT, "scripts", "setup-torch.sh")],
+                                   capture_output=True, text=True)
+            if setup.returncode != 0 or not have_torch():
+                raise unittest.SkipTest("Debian's python3-torch could not be installed: "
+                                        + setup.stderr[-300:])
+
+    def setUp(self):
+        self.addCleanup(no_workers_left)
+        self.c = Cluster()
+        self.addCleanup(self.c.close)
+
+    def run_example(self, *args):
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "executor_torch.py"),
+                            "--epochs", "6", *args], capture_output=True, text=True, timeout=180)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return p.stdout
+
+    def test_local_workers(self):
+        out = self.run_example("--workers", "3")
+        self.assertIn("all 3 ranks hold the same weights after 6 epochs", out)
+
+    def test_two_agents(self):
+        self.c.node("t1")
+        self.c.node("t2")
+        out = self.run_example("--hosts", f"{self.c.spec('t1', 1)},{self.c.spec('t2', 1)}")
+        self.assertIn("ranks: [(0, 't1', '0'), (1, 't2', '0')]", out)
+        self.assertIn("all 2 ranks hold the same weights after 6 epochs", out)
+
+
 def elastic_worker():
     """Joins like Horovod's elastic workers (rank_and_size, then watch for a new
     generation), logs each generation it joins, returns its final place."""
@@ -472,7 +516,7 @@ class ElasticExecutorTest(unittest.TestCase):
 if __name__ == "__main__":
     argv = sys.argv[1:]
     code = 0
-    for case in (ExecutorTest, AgentExecutorTest, ElasticExecutorTest):
+    for case in (ExecutorTest, AgentExecutorTest, TorchExampleTest, ElasticExecutorTest):
         code |= run_suite(case, argv)
     left = workers_left()
     if left:
