@@ -5,6 +5,10 @@
 //   job ──spawn──▶ worker (one per slot) ──▶ child process (caf-hvd-exec ▶ command)
 //   job ◀─output/exited── worker     job ◀─tstore── the torch store (protocol problems)
 //   guardian ──stop──▶ colocator ──stop──▶ worker          (the agent shuts down)
+//
+// Executor mode (runtime/channel.hpp frames; payloads are opaque):
+//   owner ═frames═▶ job ──call──▶ worker ═frames═▶ rank process
+//   owner ◀═frames═ job ◀─result/log/chanfail── worker ◀═frames═ rank process
 #pragma once
 
 #include <cstdint>

@@ -219,6 +219,28 @@ class ExecutorTest(unittest.TestCase):
             ex.run(lambda: threading.Lock())
         self.assertIn("cannot be pickled", str(cm.exception))
 
+    def test_a_rank_that_breaks_the_frame_format_is_killed_and_named(self):
+        for bad, expected in ((b"\xff" * 24, "unknown frame kind 255"),
+                              (bytes([2, 0, 0, 0]) + (1).to_bytes(8, "big") + bytes(8)
+                               + (300 << 20).to_bytes(4, "big"),
+                               f"result frame of {300 << 20} bytes is over the limit of "
+                               f"{256 << 20} bytes")):
+            ex = self.executor(2)
+            ex.start()
+
+            def rogue(bad=bad):
+                if os.environ["HOROVOD_RANK"] == "1":
+                    os.write(4, bad)  # the rank's channel, behind the package's back
+                    time.sleep(30)
+                return 0
+
+            with self.assertRaises(WorkerError) as cm:
+                ex.run(rogue)
+            text = str(cm.exception)
+            self.assertIn("rank 1 on host", text)
+            self.assertIn(f"broke its executor channel: {expected}", text)
+            ex.shutdown()
+
     def test_a_call_over_its_deadline_fails_and_names_it(self):
         ex = self.executor(2)
         ex.start()
