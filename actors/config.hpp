@@ -10,6 +10,7 @@
 #include <caf/io/all.hpp>
 
 #include "runtime/credentials.hpp"
+#include "runtime/gpu.hpp"
 
 namespace cafhvd {
 
@@ -19,6 +20,8 @@ struct node_settings {
   uint32_t slots = 0;  // 0 = not limited
   std::string shim;    // path of caf-hvd-exec
   caf::actor guardian; // every colocator links to it; stopping it ends all jobs
+  std::shared_ptr<gpu_pool> gpus = std::make_shared<gpu_pool>(); // lent per job
+  std::string gpu_source = "none found";
 };
 
 /// Liveness of the links between driver and node agents; both ends must send heartbeats

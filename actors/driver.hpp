@@ -54,6 +54,11 @@ struct job_config {
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
   torch_store_mode torch_store = torch_store_mode::automatic;
   std::optional<elastic_config> elastic; // set: hosts come from discovery, not `hosts`
+  // GPUs: devices per slot lent by each node for the job (0 = a CPU job); every rank of
+  // a node sees all the job's devices there (shared) or only its own (per-rank)
+  uint32_t gpus_per_slot = 0;
+  bool cuda_per_rank = false;
+  uint32_t cpus_per_slot = 0; // sets OMP_NUM_THREADS unless the user did
   // executor mode: the owner's channel (an inherited socket); ranks get channels too
   int executor_fd = -1;
   uint64_t max_frame = 256ull << 20; // largest payload of a frame, either direction

@@ -47,6 +47,7 @@
 #include "runtime/env.hpp"
 #include "runtime/event_log.hpp"
 #include "runtime/generation.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
@@ -95,6 +96,8 @@ struct ehost {
   clock_type::time_point retry_at{};
   std::string last_warning;
   int planned = 0;            // static: ranks the job places here
+  std::vector<int32_t> gpus;  // devices the node lent to the job
+  int gpu_cap = -1;           // GPU jobs: the slots its lent devices allow
   bool has_info = false;      // static: node info is in (NIC discovery waits for all)
   uint32_t capped_warned = 0; // the listed slot count last warned about
   std::string endpoint() const { return spec.endpoint(); }
@@ -105,6 +108,8 @@ struct ehost {
     int s = static_cast<int>(spec.slots);
     if (info.slots != 0)
       s = std::min(s, static_cast<int>(info.slots));
+    if (gpu_cap >= 0)
+      s = std::min(s, gpu_cap);
     return s;
   }
 };
@@ -838,6 +843,11 @@ private:
                                       other, ep, info.name));
               h.info = std::move(info);
               h.has_info = true;
+              if (!h.info.gpus.empty() || job_.gpus_per_slot > 0)
+                log("{} has GPUs [{}] ({}), free: [{}]", h.label(), join_devices(h.info.gpus),
+                    h.info.gpu_source, join_devices(h.info.gpus_free));
+              if (elastic_ && job_.gpus_per_slot > 0)
+                return lend_elastic_gpus(ep);
               if (elastic_)
                 return choose_nic(ep);
               if (h.info.slots != 0 && h.planned > static_cast<int>(h.info.slots))
@@ -847,12 +857,110 @@ private:
               for (auto& other : listed_order_)
                 if (!hosts_.at(other).has_info)
                   return;
+              if (job_.gpus_per_slot > 0)
+                return lend_fixed_gpus();
               phase("nic");
               choose_fixed_nics();
             },
             [this, ep](caf::error& e) {
               host_unusable(ep, fmt::format("no node info: {}", describe(e)));
             });
+  }
+
+  // -- GPUs -----------------------------------------------------------------------------
+  // Each node lends devices to the job; they come back when the job's colocator there
+  // ends (with the job's last rank on that node, also when the driver is gone).
+
+  std::string gpu_shortage(const ehost& h, size_t need) {
+    if (h.info.gpus.empty())
+      return fmt::format("{} has no GPUs ({}; declare them with --gpus)", h.info.name,
+                         h.info.gpu_source);
+    return fmt::format("{} has {} free of {} (needs {} for {} slot{} x {})", h.info.name,
+                       h.info.gpus_free.size(), h.info.gpus.size(), need, need / job_.gpus_per_slot,
+                       need / job_.gpus_per_slot == 1 ? "" : "s", job_.gpus_per_slot);
+  }
+
+  // Static: every host must hold its ranks' devices before anything starts.
+  void lend_fixed_gpus() {
+    std::vector<std::string> short_hosts;
+    for (auto& ep : listed_order_) {
+      auto& h = hosts_.at(ep);
+      auto need = static_cast<size_t>(h.planned) * job_.gpus_per_slot;
+      if (h.info.gpus_free.size() < need)
+        short_hosts.push_back(gpu_shortage(h, need));
+    }
+    if (!short_hosts.empty())
+      return fail(fmt::format("not enough GPUs for {} rank{} with {} GPU{} per slot: {}", job_.np,
+                              job_.np == 1 ? "" : "s", job_.gpus_per_slot,
+                              job_.gpus_per_slot == 1 ? "" : "s",
+                              fmt::join(short_hosts, "; ")));
+    for (auto& ep : listed_order_) {
+      auto& h = hosts_.at(ep);
+      auto need = static_cast<uint32_t>(h.planned) * job_.gpus_per_slot;
+      request(h.colocator, job_.start_timeout, gpu_atom::value, need)
+          .then(
+              [this, ep, need](std::vector<int32_t>& held, std::string& why) {
+                auto& h = hosts_.at(ep);
+                if (held.size() < need)
+                  return fail(fmt::format("{} could not lend {} GPUs to the job: {}", h.label(),
+                                          need, why));
+                h.gpus = std::move(held);
+                log("{} lent GPUs [{}] to the job", h.label(), join_devices(h.gpus));
+                for (auto& other : listed_order_)
+                  if (hosts_.at(other).gpus.size()
+                      < static_cast<size_t>(hosts_.at(other).planned) * job_.gpus_per_slot)
+                    return;
+                phase("nic");
+                choose_fixed_nics();
+              },
+              [this, ep](caf::error& e) {
+                host_unusable(ep, fmt::format("no GPUs lent: {}", describe(e)));
+              });
+    }
+  }
+
+  // Elastic: a host offers as many slots as its free devices allow (at most its listed
+  // slots); it lends them when it joins and keeps them for the job.
+  void lend_elastic_gpus(const std::string& ep) {
+    auto& h = hosts_.at(ep);
+    int fit = std::min(h.slots(), static_cast<int>(h.info.gpus_free.size() / job_.gpus_per_slot));
+    if (fit <= 0)
+      return host_unusable(ep, fmt::format("no free GPU for this job: {}",
+                                           gpu_shortage(h, job_.gpus_per_slot)));
+    auto need = static_cast<uint32_t>(fit) * job_.gpus_per_slot;
+    request(h.colocator, job_.start_timeout, gpu_atom::value, need)
+        .then(
+            [this, ep, need](std::vector<int32_t>& held, std::string& why) {
+              auto it = hosts_.find(ep);
+              if (it == hosts_.end())
+                return;
+              auto& h = it->second;
+              if (held.size() < need)
+                return host_unusable(ep, fmt::format("no GPUs lent: {}", why));
+              h.gpus = std::move(held);
+              h.gpu_cap = static_cast<int>(h.gpus.size() / job_.gpus_per_slot);
+              log("{} lent GPUs [{}] to the job ({} slots)", h.label(), join_devices(h.gpus),
+                  h.gpu_cap);
+              choose_nic(ep);
+            },
+            [this, ep](caf::error& e) {
+              host_unusable(ep, fmt::format("no GPUs lent: {}", describe(e)));
+            });
+  }
+
+  // The devices a rank sees: the job's devices on its node (shared; local rank i uses
+  // the i-th group of gpus_per_slot) or only its own (per-rank).
+  std::optional<std::string> visible_devices(const ehost& h, int local_rank) {
+    if (job_.gpus_per_slot == 0)
+      return std::nullopt;
+    if (!job_.cuda_per_rank)
+      return join_devices(h.gpus);
+    auto g = static_cast<size_t>(job_.gpus_per_slot);
+    auto first = static_cast<size_t>(local_rank) * g;
+    if (first + g > h.gpus.size())
+      return std::string{}; // cannot happen: placement is bounded by the devices
+    return join_devices(std::vector<int32_t>(h.gpus.begin() + static_cast<long>(first),
+                                             h.gpus.begin() + static_cast<long>(first + g)));
   }
 
   // Static jobs choose every host's interface at once, deterministically: all on this
@@ -1519,6 +1627,8 @@ private:
     in.rendezvous_port = server_->port();
     in.base = job_.base_env;
     in.extra = job_.extra_env;
+    in.cuda_visible_devices = visible_devices(h, row.local_rank);
+    in.cpus_per_slot = static_cast<int>(job_.cpus_per_slot);
     if (elastic_)
       in.extra.push_back("HOROVOD_ELASTIC=1");
     launch_spec spec;

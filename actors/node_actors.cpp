@@ -70,7 +70,10 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
                          static_cast<int32_t>(getpid()),
                          n.slots,
                          list_interfaces(),
-                         st.responder ? st.responder->port() : uint16_t{0}};
+                         st.responder ? st.responder->port() : uint16_t{0},
+                         n.gpus->devices(),
+                         n.gpus->free(),
+                         n.gpu_source};
       },
       // Probing blocks for up to a timeout: it runs on a thread of its own and reports
       // back with probed_atom.
@@ -101,6 +104,16 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         self->state.probes.erase(it);
       },
       [=](port_atom) -> int32_t { return find_free_port(); },
+      [=](gpu_atom, uint32_t count) -> caf::result<std::vector<int32_t>, std::string> {
+        auto& n = settings_of(self->system());
+        std::string why;
+        auto held = n.gpus->lend(self->id(), count, why);
+        if (!held.empty()) {
+          self->state.gpu_pool_held = n.gpus;
+          self->state.gpu_owner = self->id();
+        }
+        return {std::move(held), std::move(why)};
+      },
       [=](enlist_atom, worker_actor w) {
         self->monitor(w);
         self->state.workers.push_back(std::move(w));

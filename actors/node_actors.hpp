@@ -11,6 +11,7 @@
 
 #include "actors/protocol.hpp"
 #include "runtime/channel.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
 
@@ -18,6 +19,10 @@ namespace cafhvd {
 
 struct colocator_state {
   colocator_state() = default; // not an aggregate: CAF would construct it from `self`
+  ~colocator_state() {
+    if (gpu_pool_held)
+      gpu_pool_held->release(gpu_owner); // the job's devices come back with its colocator
+  }
   driver_actor driver;
   std::vector<worker_actor> workers; // live workers of this node
   bool driver_gone = false;
@@ -25,6 +30,8 @@ struct colocator_state {
   std::unique_ptr<probe_responder> responder; // answers other nodes' NIC probes
   std::map<uint64_t, caf::typed_response_promise<std::vector<probe_result>>> probes;
   uint64_t next_probe = 1;
+  std::shared_ptr<gpu_pool> gpu_pool_held; // set once devices are lent to this job
+  uint64_t gpu_owner = 0;
   static inline const char* name = "colocator";
 };
 

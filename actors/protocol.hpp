@@ -51,6 +51,7 @@ using chanfail_atom = caf::atom_constant<caf::atom("chanfail")>;
 using chanend_atom = caf::atom_constant<caf::atom("chanend")>;
 using close_atom = caf::atom_constant<caf::atom("chclose")>;
 using control_atom = caf::atom_constant<caf::atom("control")>;
+using gpu_atom = caf::atom_constant<caf::atom("gpus")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -95,11 +96,14 @@ struct node_info {
   uint32_t slots = 0;      // slots the agent offers; 0 = not limited
   std::vector<interface_addr> interfaces;
   uint16_t probe_port = 0; // the colocator's NIC probe responder
+  std::vector<int32_t> gpus;      // the node's devices (CUDA indices)
+  std::vector<int32_t> gpus_free; // ... that no job holds right now
+  std::string gpu_source;         // how the node knows them (--gpus, NVML, nvidia-smi)
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("node_info"), x.name, x.os_hostname, x.pid, x.slots, x.interfaces,
-           x.probe_port);
+           x.probe_port, x.gpus, x.gpus_free, x.gpu_source);
 }
 
 /// What a worker runs: the user's command with its complete environment.
@@ -199,6 +203,9 @@ using colocator_actor = caf::typed_actor<
                     std::vector<std::string>>::with<std::vector<probe_result>>,
     caf::reacts_to<probed_atom, uint64_t, std::vector<probe_result>>, // from a probe thread
     caf::reacts_to<enlist_atom, worker_actor>, // a worker of this node starts
+    // lend N more devices to this job (held until the colocator ends): every device the
+    // job holds here, or none and why not
+    caf::replies_to<gpu_atom, uint32_t>::with<std::vector<int32_t>, std::string>,
     caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
     caf::reacts_to<stop_atom, std::string>,    // the agent shuts down (why): as terminate
     caf::reacts_to<kill_atom>>;                // the grace period is over

@@ -26,6 +26,7 @@
 #include "actors/protocol.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/env.hpp"
+#include "runtime/gpu.hpp"
 #include "runtime/host_spec.hpp"
 #include "runtime/timeline.hpp"
 #include "runtime/nic.hpp"
@@ -243,14 +244,17 @@ int run_node(int argc, char** argv) {
                                "usage: caf-hvd node [--port PORT] [--name NAME] [--slots N] "
                                "[--bind ADDR]\n\noptions"};
   int port = default_node_port;
-  std::string name, bind, cluster;
+  std::string name, bind, cluster, gpus;
   int slots = 0;
   desc.add_options()("help,h", "show this help")(
       "port,p", po::value(&port)->default_value(default_node_port),
       "TCP port to listen on")("name", po::value(&name),
                                "the host's identity in jobs (HOROVOD_HOSTNAME); default: hostname")(
       "slots", po::value(&slots)->default_value(0),
-      "ranks this node accepts per job; 0 = no limit")(
+      "ranks this node accepts per job; 0 = no limit (GPU jobs: one per free GPU group)")(
+      "gpus", po::value(&gpus),
+      "LIST|none: this node's GPUs as CUDA device indices (e.g. 0,1,2,3); default: detected "
+      "(NVML, else nvidia-smi -L)")(
       "bind", po::value(&bind), "address to listen on; default: every interface")(
       "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
       "insecure", "admit any driver without TLS (trusted networks only)");
@@ -272,6 +276,17 @@ int run_node(int argc, char** argv) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
       throw usage_error(fmt::format("--name '{}': use letters, digits, '.', '-' or '_'", name));
 
+  gpu_inventory inventory;
+  if (vm.count("gpus")) {
+    try {
+      inventory = {parse_gpu_list(gpus), "--gpus"};
+    } catch (const std::exception& e) {
+      throw usage_error(e.what());
+    }
+  } else {
+    inventory = detect_gpus();
+  }
+
   auto creds = credentials_for(vm, cluster, "node");
 
   block_termination_signals();
@@ -279,6 +294,8 @@ int run_node(int argc, char** argv) {
   cfg.node->name = name;
   cfg.node->slots = static_cast<uint32_t>(slots);
   cfg.node->shim = shim_path();
+  cfg.node->gpus = std::make_shared<gpu_pool>(inventory.devices);
+  cfg.node->gpu_source = inventory.source;
   cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
   caf::actor_system sys{cfg};
   cfg.node->guardian = spawn_guardian(sys);
@@ -347,6 +364,9 @@ struct job_options {
   int min_np = 0, max_np = 0, reset_limit = -1, slots_per_host = 0;
   double elastic_timeout = 600, discovery_interval = 1;
   std::vector<double> cooldown;
+  // GPUs
+  int gpus_per_slot = 0, cpus_per_slot = 0;
+  std::string cuda_visible = "shared", local_gpus;
   // executor mode
   int executor_fd = -1;
   double max_frame_mb = 256;
@@ -354,7 +374,7 @@ struct job_options {
   job_options(const std::string& title, bool with_hosts) : desc{title}, visible{title} {
     po::options_description job{"the job"}, hosts_opts{"hosts"}, elastic{"elastic jobs"},
         output{"output"}, net{"networking"}, torch{"torch.distributed"},
-        compat{"horovodrun and torchrun spellings"}, exec{"executor mode (the caf_hvd Python "
+        compat{"horovodrun and torchrun spellings"}, gpu{"GPUs and CPUs"}, exec{"executor mode (the caf_hvd Python "
                                                           "package starts this)"},
         hidden;
     job.add_options()("help,h", "show this help")("np", po::value(&np),
@@ -409,6 +429,19 @@ struct job_options {
           "[LOW, HIGH] (default: never)")("discovery-interval",
                                           po::value(&discovery_interval)->default_value(1),
                                           "seconds between runs of the discovery script");
+    gpu.add_options()("gpus-per-slot", po::value(&gpus_per_slot),
+                      "GPUs each rank gets; ranks go only where that many are free, and each "
+                      "node lends them to this job alone until its ranks there are gone")(
+        "use-gpu", "= --gpus-per-slot 1")(
+        "cuda-visible-devices", po::value(&cuda_visible)->default_value("shared"),
+        "shared|per-rank: CUDA_VISIBLE_DEVICES of a rank is every device of the job on its node "
+        "(local rank i uses the i-th group) or only its own")(
+        "cpus-per-slot", po::value(&cpus_per_slot),
+        "CPUs each rank may use: sets OMP_NUM_THREADS unless you set it");
+    if (!with_hosts)
+      gpu.add_options()("gpus", po::value(&local_gpus),
+                        "LIST|none: this machine's GPUs (default: detected when a job asks "
+                        "for GPUs)");
     exec.add_options()("executor-fd", po::value(&executor_fd),
                        "FD is a connected socket to the executor's owner: ranks get frame "
                        "channels, calls come from FD (README: Executor frames)")(
@@ -440,7 +473,7 @@ struct job_options {
     visible.add(job).add(hosts_opts);
     if (with_hosts)
       visible.add(elastic);
-    visible.add(output).add(net).add(torch).add(exec).add(compat);
+    visible.add(output).add(net).add(torch).add(gpu).add(exec).add(compat);
     desc.add(visible).add(hidden);
   }
   void print_help(std::ostream& os, const std::string& title) const {
@@ -667,6 +700,31 @@ int run_job(int argc, char** argv, bool embedded) {
     ::fcntl(o.executor_fd, F_SETFD, FD_CLOEXEC); // no child inherits the owner's channel
     job.executor_fd = o.executor_fd;
   }
+  if (vm.count("use-gpu")) {
+    if (vm.count("gpus-per-slot") && o.gpus_per_slot != 1)
+      throw usage_error("--use-gpu means --gpus-per-slot 1; give only one of them");
+    o.gpus_per_slot = 1;
+  }
+  if (o.gpus_per_slot < 0 || o.gpus_per_slot > 64)
+    throw usage_error(fmt::format("--gpus-per-slot {}: expected 0 to 64", o.gpus_per_slot));
+  if (o.cpus_per_slot < 0 || (vm.count("cpus-per-slot") && o.cpus_per_slot == 0))
+    throw usage_error(fmt::format("--cpus-per-slot {}: expected at least 1", o.cpus_per_slot));
+  if (o.cuda_visible != "shared" && o.cuda_visible != "per-rank")
+    throw usage_error(fmt::format("--cuda-visible-devices '{}': expected shared or per-rank",
+                                  o.cuda_visible));
+  job.gpus_per_slot = static_cast<uint32_t>(o.gpus_per_slot);
+  job.cpus_per_slot = static_cast<uint32_t>(o.cpus_per_slot);
+  job.cuda_per_rank = o.cuda_visible == "per-rank";
+  std::optional<gpu_inventory> local_inventory;
+  if (embedded && vm.count("gpus")) {
+    try {
+      local_inventory = gpu_inventory{parse_gpu_list(o.local_gpus), "--gpus"};
+    } catch (const std::exception& e) {
+      throw usage_error(e.what());
+    }
+  } else if (embedded && job.gpus_per_slot > 0) {
+    local_inventory = detect_gpus();
+  }
   if (!(o.max_frame_mb > 0 && o.max_frame_mb <= 4095))
     throw usage_error("--executor-max-frame-mb must be between 0 and 4095");
   job.max_frame = static_cast<uint64_t>(o.max_frame_mb * 1024 * 1024);
@@ -787,6 +845,10 @@ int run_job(int argc, char** argv, bool embedded) {
   if (embedded) {
     cfg.node->name = this_hostname();
     cfg.node->shim = shim_path();
+    if (local_inventory) {
+      cfg.node->gpus = std::make_shared<gpu_pool>(local_inventory->devices);
+      cfg.node->gpu_source = local_inventory->source;
+    }
   } else {
     cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
   }

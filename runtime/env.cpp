@@ -45,7 +45,8 @@ std::pair<std::string, std::string> parse_env_assignment(std::string_view text) 
 }
 
 std::vector<std::string> forwardable_environment(char** envp) {
-  static const char* skipped[] = {"PWD", "OLDPWD", "SHLVL", "HOSTNAME", "_"};
+  static const char* skipped[] = {"PWD",      "OLDPWD", "SHLVL",
+                                  "HOSTNAME", "_",      "CUDA_VISIBLE_DEVICES"};
   std::vector<std::string> out;
   for (auto p = envp; p && *p; ++p) {
     std::string_view kv = *p;
@@ -79,6 +80,14 @@ std::vector<std::string> build_rank_env(const rank_env_input& in) {
   }
   env["HOROVOD_CONTROLLER"] = "gloo";
   env["HOROVOD_CPU_OPERATIONS"] = "gloo";
+  if (in.cuda_visible_devices) {
+    env["CUDA_VISIBLE_DEVICES"] = *in.cuda_visible_devices;
+    // device indices as nvidia-smi and NVML count them, not CUDA's fastest-first order
+    env.emplace("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    env.emplace("HOROVOD_GPU_OPERATIONS", "NCCL");
+  }
+  if (in.cpus_per_slot > 0)
+    env.emplace("OMP_NUM_THREADS", std::to_string(in.cpus_per_slot));
   put_all(env, in.extra);
   auto s = [](int v) { return std::to_string(v); };
   env["HOROVOD_RANK"] = s(in.rank);

@@ -23,6 +23,10 @@ struct rank_env_input {
   int rendezvous_port = 0;
   bool agent_store = false;       // MASTER_PORT is served by the launcher's torch store
   int restart_count = 0;          // TORCHELASTIC_RESTART_COUNT (elastic: the generation index)
+  // GPU jobs: the devices this rank sees (CUDA_VISIBLE_DEVICES, PCI bus order), and
+  // --cpus-per-slot (OMP_NUM_THREADS); both yield to the user's own values
+  std::optional<std::string> cuda_visible_devices;
+  int cpus_per_slot = 0;
   std::vector<std::string> base;  // inherited KEY=VALUE pairs (the driver's environment)
   std::vector<std::string> extra; // the user's --env KEY=VALUE pairs
 };
@@ -37,7 +41,8 @@ std::vector<std::string> build_rank_env(const rank_env_input& in);
 std::pair<std::string, std::string> parse_env_assignment(std::string_view text);
 
 /// The variables of `environ` worth forwarding to ranks on other hosts: everything
-/// except per-shell and per-host state (PWD, OLDPWD, SHLVL, HOSTNAME, _, BASH_FUNC_*).
+/// except per-shell and per-host state (PWD, OLDPWD, SHLVL, HOSTNAME, _, BASH_FUNC_*)
+/// and the head node's devices (CUDA_VISIBLE_DEVICES: devices are given per node).
 std::vector<std::string> forwardable_environment(char** envp);
 
 /// Value of KEY in a KEY=VALUE list, if present.

@@ -319,9 +319,8 @@ def _common_args(binary, *, hosts, hostfile, cluster_dir, insecure, start_timeou
     if network_interface:
         args += ["--network-interface", network_interface]
     env_vars = dict(extra_env_vars or {})
-    if cpus_per_worker and "OMP_NUM_THREADS" not in env_vars \
-            and "OMP_NUM_THREADS" not in os.environ:
-        env_vars["OMP_NUM_THREADS"] = str(cpus_per_worker)
+    if cpus_per_worker:
+        args += ["--cpus-per-slot", str(cpus_per_worker)]  # OMP_NUM_THREADS unless set
     for k, v in env_vars.items():
         args += ["--env", f"{k}={v}"]
     return args
@@ -347,9 +346,9 @@ class Executor:
                  cpus_per_worker=1, use_gpu=False, gpus_per_worker=None, hosts=None,
                  hostfile=None, cluster_dir=None, insecure=False, start_timeout=30,
                  network_interface=None, *, verbose=False, python=None, caf_hvd=None):
-        if use_gpu or gpus_per_worker:
-            raise ExecutorError("use_gpu/gpus_per_worker: caf-hvd does not allocate GPUs yet; "
-                                "set CUDA_VISIBLE_DEVICES per host through extra_env_vars")
+        gpus = gpus_per_worker if gpus_per_worker is not None else (1 if use_gpu else 0)
+        if not isinstance(gpus, int) or gpus < 0:
+            raise ValueError(f"gpus_per_worker must be a non-negative integer, not {gpus!r}")
         if num_workers is None:
             if num_hosts is None:
                 raise ValueError("give num_workers, or num_hosts (with num_workers_per_host)")
@@ -366,6 +365,7 @@ class Executor:
                           insecure=insecure, start_timeout=start_timeout,
                           network_interface=network_interface, verbose=verbose)
         self._cpus = cpus_per_worker
+        self._gpus = gpus
         self._start_timeout = start_timeout
         self._python = python or sys.executable
         self._binary = caf_hvd
@@ -390,6 +390,8 @@ class Executor:
         args += ["-np", str(self.num_workers)]
         args += _common_args(binary, extra_env_vars=extra_env_vars, cpus_per_worker=self._cpus,
                              **self._opts)
+        if self._gpus:
+            args += ["--gpus-per-slot", str(self._gpus)]
         args += ["--", self._python, "-m", "caf_hvd.worker"]
         job = _Job(args, _process_env(), boot, self._start_timeout)
         self._job = job
@@ -500,8 +502,8 @@ class ElasticExecutor:
     def __init__(self, min_workers=1, max_workers=None, discovery_script=None,
                  reset_limit=None, cooldown_range=None, elastic_timeout=600, cluster_dir=None,
                  insecure=False, start_timeout=30, network_interface=None, cpus_per_worker=1,
-                 slots_per_host=None, discovery_interval=1, *, verbose=False, python=None,
-                 caf_hvd=None):
+                 slots_per_host=None, discovery_interval=1, use_gpu=False, gpus_per_worker=None,
+                 *, verbose=False, python=None, caf_hvd=None):
         if not discovery_script:
             raise ValueError("discovery_script is required: an executable that prints the "
                              "available hosts, one HOST:PORT:SLOTS per line")
@@ -521,6 +523,9 @@ class ElasticExecutor:
             self._flags += ["--blacklist-cooldown-range", str(low), str(high)]
         if slots_per_host is not None:
             self._flags += ["--slots-per-host", str(slots_per_host)]
+        gpus = gpus_per_worker if gpus_per_worker is not None else (1 if use_gpu else 0)
+        if gpus:
+            self._flags += ["--gpus-per-slot", str(gpus)]
         self._opts = dict(hosts=None, hostfile=None, cluster_dir=cluster_dir, insecure=insecure,
                           start_timeout=start_timeout, network_interface=network_interface,
                           verbose=verbose)

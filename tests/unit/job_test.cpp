@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <csignal>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +39,9 @@ struct node_log {
   bool answer_node_info = true;   // false: a node agent that never answers
   bool ignore_sigterm = false;    // the ranks trap SIGTERM (only SIGKILL ends them)
   std::vector<std::string> names; // node names for the colocators, in spawn order
+  int32_t gpus = 0;                // devices every fake node has
+  int32_t gpus_taken = 0;          // ... of which other jobs hold the first N
+  std::map<std::string, std::vector<int32_t>> lent; // node -> devices lent to the job
   size_t next_name = 0;
 };
 node_log* the_log = nullptr;
@@ -51,13 +55,29 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
       [=](node_atom) -> caf::result<node_info> {
         if (!the_log->answer_node_info)
           return self->make_response_promise<node_info>(); // never delivered
-        return node_info{name, name, 1, 0, {{"lo", "127.0.0.1", 8, true}}, 0};
+        std::vector<int32_t> gpus(the_log->gpus);
+        for (int32_t i = 0; i < the_log->gpus; ++i)
+          gpus[static_cast<size_t>(i)] = i;
+        auto free_gpus = gpus;
+        free_gpus.erase(free_gpus.begin(), free_gpus.begin() + std::min<int32_t>(
+                                                               the_log->gpus_taken, the_log->gpus));
+        return node_info{name, name, 1, 0, {{"lo", "127.0.0.1", 8, true}}, 0, gpus, free_gpus,
+                         "--gpus"};
       },
       [](port_atom) -> int32_t { return 4242; },
       [](probe_atom, std::vector<probe_target>&,
          std::vector<std::string>&) -> std::vector<probe_result> { return {}; },
       [](probed_atom, uint64_t, std::vector<probe_result>&) {},
       [](enlist_atom, worker_actor) {},
+      [=](gpu_atom, uint32_t n) -> caf::result<std::vector<int32_t>, std::string> {
+        std::vector<int32_t> held;
+        for (int32_t i = the_log->gpus_taken; i < the_log->gpus && held.size() < n; ++i)
+          held.push_back(i);
+        if (held.size() < n)
+          return {std::vector<int32_t>{}, std::string{"too few"}};
+        the_log->lent[name] = held;
+        return {held, std::string{}};
+      },
       [=](terminate_atom, int32_t) {
         ++the_log->terminates;
         for (auto& [id, w] : the_log->workers)
@@ -131,7 +151,8 @@ struct fixture {
       ::unlink(events_path.c_str());
   }
 
-  void start(int np, std::chrono::milliseconds grace = std::chrono::milliseconds(5000)) {
+  void start(int np, std::chrono::milliseconds grace = std::chrono::milliseconds(5000),
+             std::function<void(job_config&)> tweak = {}) {
     job_config c;
     c.embedded = true;
     c.np = np;
@@ -140,6 +161,8 @@ struct fixture {
     c.cwd = "/";
     c.kill_grace = grace;
     c.torch_store = torch_store_mode::off;
+    if (tweak)
+      tweak(c);
     job = spawn_driver(sys, c, result);
     sched.run();
   }
@@ -531,5 +554,57 @@ TEST_CASE_FIXTURE(owner_fixture, "executor: a rank that exits 0 before shutdown 
     run_until([&] { return log.terminates == 1; }, "the ranks stopped");
     CHECK(job_ended());
     CHECK(result->exit_code != 0);
+  }
+}
+
+// -- GPUs ------------------------------------------------------------------------------------
+
+namespace {
+
+std::string env_value(const std::vector<std::string>& env, const std::string& key) {
+  for (auto& kv : env)
+    if (kv.rfind(key + "=", 0) == 0)
+      return kv.substr(key.size() + 1);
+  return "<unset>";
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "GPU job: the node lends np x gpus_per_slot devices before any "
+                           "launch; shared and per-rank visibility") {
+  SUBCASE("shared") {
+    log.gpus = 6;
+    log.gpus_taken = 1; // another job holds device 0
+    start(2, std::chrono::milliseconds(5000), [](job_config& c) { c.gpus_per_slot = 2; });
+    REQUIRE(log.envs.size() == 2);
+    CHECK(log.lent["fake"] == std::vector<int32_t>{1, 2, 3, 4});
+    for (int r = 0; r < 2; ++r) {
+      auto& env = log.envs[slot_of_rank(r)];
+      CHECK(env_value(env, "CUDA_VISIBLE_DEVICES") == "1,2,3,4");
+      CHECK(env_value(env, "HOROVOD_GPU_OPERATIONS") == "NCCL");
+    }
+  }
+  SUBCASE("per-rank") {
+    log.gpus = 4;
+    start(2, std::chrono::milliseconds(5000), [](job_config& c) {
+      c.gpus_per_slot = 2;
+      c.cuda_per_rank = true;
+    });
+    CHECK(env_value(log.envs[slot_of_rank(0)], "CUDA_VISIBLE_DEVICES") == "0,1");
+    CHECK(env_value(log.envs[slot_of_rank(1)], "CUDA_VISIBLE_DEVICES") == "2,3");
+  }
+  SUBCASE("too few: refused before anything starts, naming the host and counts") {
+    log.gpus = 4;
+    log.gpus_taken = 3;
+    start(2, std::chrono::milliseconds(5000), [](job_config& c) { c.gpus_per_slot = 1; });
+    CHECK(log.envs.empty());
+    CHECK(log.lent.empty());
+    CHECK(job_ended());
+    CHECK(result->exit_code == 1);
+  }
+  if (!log.envs.empty()) {
+    for (int r = 0; r < 2; ++r)
+      exit(slot_of_rank(r), 0);
+    CHECK(job_ended());
   }
 }
