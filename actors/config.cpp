@@ -18,6 +18,7 @@ hvd_config::hvd_config() {
   add_message_type<probe_target>("cafhvd::probe_target");
   add_message_type<probe_result>("cafhvd::probe_result");
   add_message_type<launch_spec>("cafhvd::launch_spec");
+  add_message_type<gpu_lease>("cafhvd::gpu_lease");
   add_message_type<output_batch>("cafhvd::output_batch");
   add_message_type<rank_exit>("cafhvd::rank_exit");
   add_message_type<driver_actor>("cafhvd::driver_actor");

@@ -899,12 +899,12 @@ private:
       auto need = static_cast<uint32_t>(h.planned) * job_.gpus_per_slot;
       request(h.colocator, job_.start_timeout, gpu_atom::value, need)
           .then(
-              [this, ep, need](std::vector<int32_t>& held, std::string& why) {
+              [this, ep, need](gpu_lease& lease) {
                 auto& h = hosts_.at(ep);
-                if (held.size() < need)
+                if (lease.devices.size() < need)
                   return fail(fmt::format("{} could not lend {} GPUs to the job: {}", h.label(),
-                                          need, why));
-                h.gpus = std::move(held);
+                                          need, lease.why));
+                h.gpus = std::move(lease.devices);
                 log("{} lent GPUs [{}] to the job", h.label(), join_devices(h.gpus));
                 for (auto& other : listed_order_)
                   if (hosts_.at(other).gpus.size()
@@ -930,14 +930,14 @@ private:
     auto need = static_cast<uint32_t>(fit) * job_.gpus_per_slot;
     request(h.colocator, job_.start_timeout, gpu_atom::value, need)
         .then(
-            [this, ep, need](std::vector<int32_t>& held, std::string& why) {
+            [this, ep, need](gpu_lease& lease) {
               auto it = hosts_.find(ep);
               if (it == hosts_.end())
                 return;
               auto& h = it->second;
-              if (held.size() < need)
-                return host_unusable(ep, fmt::format("no GPUs lent: {}", why));
-              h.gpus = std::move(held);
+              if (lease.devices.size() < need)
+                return host_unusable(ep, fmt::format("no GPUs lent: {}", lease.why));
+              h.gpus = std::move(lease.devices);
               h.gpu_cap = static_cast<int>(h.gpus.size() / job_.gpus_per_slot);
               log("{} lent GPUs [{}] to the job ({} slots)", h.label(), join_devices(h.gpus),
                   h.gpu_cap);

@@ -104,15 +104,15 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         self->state.probes.erase(it);
       },
       [=](port_atom) -> int32_t { return find_free_port(); },
-      [=](gpu_atom, uint32_t count) -> caf::result<std::vector<int32_t>, std::string> {
+      [=](gpu_atom, uint32_t count) -> gpu_lease {
         auto& n = settings_of(self->system());
-        std::string why;
-        auto held = n.gpus->lend(self->id(), count, why);
-        if (!held.empty()) {
+        gpu_lease lease;
+        lease.devices = n.gpus->lend(self->id(), count, lease.why);
+        if (!lease.devices.empty()) {
           self->state.gpu_pool_held = n.gpus;
           self->state.gpu_owner = self->id();
         }
-        return {std::move(held), std::move(why)};
+        return lease;
       },
       [=](enlist_atom, worker_actor w) {
         self->monitor(w);

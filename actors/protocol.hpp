@@ -106,6 +106,16 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
            x.probe_port, x.gpus, x.gpus_free, x.gpu_source);
 }
 
+/// Devices a node lends to a job: every device the job holds there, or none and why.
+struct gpu_lease {
+  std::vector<int32_t> devices;
+  std::string why;
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, gpu_lease& x) {
+  return f(caf::meta::type_name("gpu_lease"), x.devices, x.why);
+}
+
 /// What a worker runs: the user's command with its complete environment.
 struct launch_spec {
   std::vector<std::string> argv;
@@ -205,7 +215,7 @@ using colocator_actor = caf::typed_actor<
     caf::reacts_to<enlist_atom, worker_actor>, // a worker of this node starts
     // lend N more devices to this job (held until the colocator ends): every device the
     // job holds here, or none and why not
-    caf::replies_to<gpu_atom, uint32_t>::with<std::vector<int32_t>, std::string>,
+    caf::replies_to<gpu_atom, uint32_t>::with<gpu_lease>,
     caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
     caf::reacts_to<stop_atom, std::string>,    // the agent shuts down (why): as terminate
     caf::reacts_to<kill_atom>>;                // the grace period is over

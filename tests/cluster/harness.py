@@ -84,11 +84,12 @@ class Cluster:
         self.procs = []
         self.nodes = {}
 
-    def node(self, name, slots=None):
+    def node(self, name, slots=None, extra=()):
         port = free_port()
         args = [CAF_HVD, "node", "--port", str(port), "--name", name, "--bind", "127.0.0.1"]
         if slots is not None:
             args += ["--slots", str(slots)]
+        args += list(extra)
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True, text=True)
         self.procs.append(p)

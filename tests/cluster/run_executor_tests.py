@@ -6,6 +6,7 @@ shutdowns and exits are checked for processes left behind. Run by `meson test`."
 import concurrent.futures
 import hashlib
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -278,6 +279,11 @@ class ExecutorTest(unittest.TestCase):
         self.assertIn(str(port), str(cm.exception))
         with self.assertRaises(ValueError):
             Executor()
+        # GPUs: on a machine without any, a GPU executor is refused before start
+        if shutil.which("nvidia-smi") is None:
+            with self.assertRaises(ExecutorError) as cm:
+                Executor(num_workers=2, use_gpu=True).start()
+            self.assertIn("not enough GPUs for 2 ranks with 1 GPU per slot", str(cm.exception))
         with self.assertRaises(ExecutorError) as cm:
             Executor(num_workers=1).run(lambda: 1)
         self.assertIn("not started", str(cm.exception))
@@ -410,6 +416,24 @@ def have_torch():
         return False
 
 
+class GpuExecutorTest(unittest.TestCase):
+    """gpus_per_worker maps onto the agents' GPU lending (devices declared with --gpus)."""
+
+    def setUp(self):
+        self.addCleanup(no_workers_left)
+        self.c = Cluster()
+        self.addCleanup(self.c.close)
+
+    def test_gpus_per_worker_over_agents(self):
+        self.c.node("x1", extra=["--gpus", "0,1,2,3"])
+        self.c.node("x2", extra=["--gpus", "4,5"])
+        hosts = f"{self.c.spec('x1', 2)},{self.c.spec('x2', 1)}"
+        with Executor(num_workers=3, hosts=hosts, gpus_per_worker=2) as ex:
+            ex.start()
+            self.assertEqual(ex.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"]),
+                             ["0,1,2,3", "0,1,2,3", "4,5"])
+
+
 class TorchExampleTest(unittest.TestCase):
     """examples/executor_torch.py: a torch trainer class driven by execute; all ranks must
     end with equal weights (it exits 1 otherwise)."""
@@ -538,7 +562,8 @@ class ElasticExecutorTest(unittest.TestCase):
 if __name__ == "__main__":
     argv = sys.argv[1:]
     code = 0
-    for case in (ExecutorTest, AgentExecutorTest, TorchExampleTest, ElasticExecutorTest):
+    for case in (ExecutorTest, AgentExecutorTest, GpuExecutorTest, TorchExampleTest,
+                 ElasticExecutorTest):
         code |= run_suite(case, argv)
     left = workers_left()
     if left:

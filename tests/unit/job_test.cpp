@@ -69,14 +69,14 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
          std::vector<std::string>&) -> std::vector<probe_result> { return {}; },
       [](probed_atom, uint64_t, std::vector<probe_result>&) {},
       [](enlist_atom, worker_actor) {},
-      [=](gpu_atom, uint32_t n) -> caf::result<std::vector<int32_t>, std::string> {
+      [=](gpu_atom, uint32_t n) -> gpu_lease {
         std::vector<int32_t> held;
         for (int32_t i = the_log->gpus_taken; i < the_log->gpus && held.size() < n; ++i)
           held.push_back(i);
         if (held.size() < n)
-          return {std::vector<int32_t>{}, std::string{"too few"}};
+          return {{}, "too few"};
         the_log->lent[name] = held;
-        return {held, std::string{}};
+        return {held, {}};
       },
       [=](terminate_atom, int32_t) {
         ++the_log->terminates;
