@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <sys/socket.h>
@@ -86,94 +87,133 @@ probe_responder::~probe_responder() {
 
 std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
                                       const std::vector<probe_target>& targets,
-                                      std::chrono::milliseconds timeout) {
+                                      std::chrono::milliseconds timeout, size_t max_in_flight) {
+  using clock = std::chrono::steady_clock;
   struct probe {
     probe_result r;
     int fd = -1;
-    bool connected = false;
+    uint16_t port = 0;
+    bool started = false, done = false, connected = false;
+    clock::time_point since{};
     std::string reply;
   };
   std::vector<probe> probes;
-  for (auto& ifc : local)
-    for (auto& t : targets) {
+  // host-major: a host's interfaces are probed together, so the grace below (which
+  // starts once every host answered) never cuts an interface before it was tried
+  for (auto& t : targets)
+    for (auto& ifc : local) {
       probe p;
       p.r = probe_result{ifc.name, ifc.address, t.host, t.address, false, ""};
-      sockaddr_in src{}, dst{};
-      src.sin_family = dst.sin_family = AF_INET;
-      dst.sin_port = htons(t.port);
-      if (inet_pton(AF_INET, ifc.address.c_str(), &src.sin_addr) != 1
-          || inet_pton(AF_INET, t.address.c_str(), &dst.sin_addr) != 1) {
-        p.r.error = "not an IPv4 address";
-        probes.push_back(std::move(p));
-        continue;
-      }
-      p.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      // Leave through this interface only. SO_BINDTODEVICE needs CAP_NET_RAW; without
-      // it the source address binding and the responder's check still hold.
-      (void)::setsockopt(p.fd, SOL_SOCKET, SO_BINDTODEVICE, ifc.name.c_str(),
-                         static_cast<socklen_t>(ifc.name.size()));
-      if (::bind(p.fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0) {
-        p.r.error = fmt::format("bind {}: {}", ifc.address, std::strerror(errno));
-      } else if (::connect(p.fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0
-                 && errno != EINPROGRESS) {
-        p.r.error = std::strerror(errno);
-      } else {
-        probes.push_back(std::move(p));
-        continue;
-      }
-      ::close(p.fd);
-      p.fd = -1;
+      p.port = t.port;
       probes.push_back(std::move(p));
     }
+  max_in_flight = std::max<size_t>(1, max_in_flight);
+  size_t in_flight = 0, next = 0;
+  auto finish = [&](probe& p, std::string error) {
+    p.r.error = std::move(error);
+    if (p.fd >= 0) {
+      ::close(p.fd);
+      p.fd = -1;
+      --in_flight;
+    }
+    p.done = true;
+  };
+  // Starts the probe's connection; false when out of descriptors with others in flight
+  // (it waits for one of them to end).
+  auto start_probe = [&](probe& p) {
+    sockaddr_in src{}, dst{};
+    src.sin_family = dst.sin_family = AF_INET;
+    dst.sin_port = htons(p.port);
+    if (inet_pton(AF_INET, p.r.local_address.c_str(), &src.sin_addr) != 1
+        || inet_pton(AF_INET, p.r.address.c_str(), &dst.sin_addr) != 1) {
+      finish(p, "not an IPv4 address");
+      return true;
+    }
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      if ((errno == EMFILE || errno == ENFILE) && in_flight > 0)
+        return false;
+      finish(p, fmt::format("socket: {}", std::strerror(errno)));
+      return true;
+    }
+    p.fd = fd;
+    ++in_flight;
+    p.started = true;
+    p.since = clock::now();
+    // Leave through this interface only. SO_BINDTODEVICE needs CAP_NET_RAW; without
+    // it the source address binding and the responder's check still hold.
+    (void)::setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, p.r.iface.c_str(),
+                       static_cast<socklen_t>(p.r.iface.size()));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0)
+      finish(p, fmt::format("bind {}: {}", p.r.local_address, std::strerror(errno)));
+    else if (::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) != 0
+             && errno != EINPROGRESS)
+      finish(p, std::strerror(errno));
+    return true;
+  };
 
-  // Once every peer host answered over some interface, the other interfaces get a grace
-  // of three times that round (at least 10 ms) and then count as not working: an
-  // interface whose ARP goes nowhere would otherwise hold discovery for seconds.
-  auto start = std::chrono::steady_clock::now();
-  auto deadline = start + timeout;
+  // At most max_in_flight sockets at once, each probe bounded by `timeout` from its own
+  // start. Once every peer host answered over some interface, the other interfaces get
+  // a grace of three times that round (at least 10 ms) and then count as not working:
+  // an interface whose ARP goes nowhere would otherwise hold discovery for seconds.
+  auto start = clock::now();
+  std::optional<clock::time_point> grace_end;
   std::set<std::string> hosts_left;
   for (auto& t : targets)
     hosts_left.insert(t.host);
-  bool grace_started = hosts_left.empty();
+  if (hosts_left.empty())
+    grace_end = start;
   for (;;) {
-    if (!grace_started && hosts_left.empty()) {
-      grace_started = true;
-      auto round = std::chrono::steady_clock::now() - start;
-      deadline = std::min(deadline, std::chrono::steady_clock::now()
-                                        + std::max<std::chrono::steady_clock::duration>(
-                                            3 * round, std::chrono::milliseconds(10)));
+    while (next < probes.size() && in_flight < max_in_flight) {
+      if (!start_probe(probes[next]))
+        break;
+      ++next;
     }
+    if (!grace_end && hosts_left.empty() && next == probes.size()) {
+      auto round = clock::now() - start;
+      grace_end = clock::now() + std::max<clock::duration>(3 * round, std::chrono::milliseconds(10));
+    }
+    auto now = clock::now();
     std::vector<pollfd> fds;
     std::vector<size_t> which;
-    for (size_t i = 0; i < probes.size(); ++i)
-      if (probes[i].fd >= 0) {
-        fds.push_back(
-            {probes[i].fd, static_cast<short>(probes[i].connected ? POLLIN : POLLOUT), 0});
-        which.push_back(i);
+    auto wake = now + timeout;
+    for (size_t i = 0; i < probes.size(); ++i) {
+      auto& p = probes[i];
+      if (p.fd < 0)
+        continue;
+      if (now - p.since >= timeout || (grace_end && now >= *grace_end)) {
+        finish(p, p.connected ? "connected but no answer in time"
+                              : fmt::format("no connection within {} ms",
+                                            std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                now - p.since)
+                                                .count()));
+        continue;
       }
-    if (fds.empty())
+      wake = std::min(wake, p.since + timeout);
+      fds.push_back({p.fd, static_cast<short>(p.connected ? POLLIN : POLLOUT), 0});
+      which.push_back(i);
+    }
+    if (grace_end)
+      wake = std::min(wake, *grace_end);
+    if (fds.empty()) {
+      if (next < probes.size())
+        continue; // descriptors freed up: start the next ones
       break;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      break;
-    if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) < 0 && errno != EINTR)
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now);
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(1, left.count()))) < 0
+        && errno != EINTR)
       break;
     for (size_t k = 0; k < fds.size(); ++k) {
       auto& p = probes[which[k]];
       if (!fds[k].revents)
         continue;
-      auto finish = [&](std::string error) {
-        p.r.error = std::move(error);
-        ::close(p.fd);
-        p.fd = -1;
-      };
       if (!p.connected) {
         int err = 0;
         socklen_t elen = sizeof(err);
         ::getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &err, &elen);
         if (err != 0) {
-          finish(std::strerror(err));
+          finish(p, std::strerror(err));
           continue;
         }
         p.connected = true;
@@ -190,26 +230,24 @@ std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
       char tag[32] = {}, name[256] = {}, seen[64] = {};
       if (std::sscanf(p.reply.c_str(), "%31s %255s %63s", tag, name, seen) != 3
           || std::string{tag} != greeting) {
-        finish("the peer port is not a caf-hvd probe responder");
+        finish(p, "the peer port is not a caf-hvd probe responder");
       } else if (p.r.host != name) {
-        finish(fmt::format("answered by node '{}', not '{}'", name, p.r.host));
+        finish(p, fmt::format("answered by node '{}', not '{}'", name, p.r.host));
       } else if (p.r.local_address != seen) {
-        finish(fmt::format("arrived from {}, which is not {}'s address", seen, p.r.iface));
+        finish(p, fmt::format("arrived from {}, which is not {}'s address", seen, p.r.iface));
       } else {
         p.r.ok = true;
         hosts_left.erase(p.r.host);
-        finish("");
+        finish(p, "");
       }
     }
   }
   for (auto& p : probes)
-    if (p.fd >= 0) {
-      ::close(p.fd);
-      p.r.error = p.connected ? "connected but no answer in time"
-                              : fmt::format("no connection within {} ms",
-                                            std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                std::chrono::steady_clock::now() - start)
-                                                .count());
+    if (!p.done) {
+      if (p.fd >= 0)
+        finish(p, "no answer in time");
+      else
+        finish(p, "no answer in time");
     }
   std::vector<probe_result> out;
   for (auto& p : probes)

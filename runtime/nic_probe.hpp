@@ -49,11 +49,14 @@ struct probe_result {
   std::string error; // why not, when !ok
 };
 
-/// Probes every target from every interface in `local` in parallel; each probe ends
-/// after `timeout` at the latest. Results are ordered by (iface, host, address).
+/// Probes every target from every interface in `local`, at most `max_in_flight` sockets
+/// at once (a host with hundreds of peers stays within its descriptors; when they run
+/// out anyway, the rest wait for probes in flight); each probe ends `timeout` after it
+/// started at the latest. Results are ordered by (iface, host, address).
 std::vector<probe_result> probe_peers(const std::vector<interface_addr>& local,
                                       const std::vector<probe_target>& targets,
-                                      std::chrono::milliseconds timeout);
+                                      std::chrono::milliseconds timeout,
+                                      size_t max_in_flight = 256);
 
 } // namespace cafhvd
 

@@ -192,6 +192,13 @@ rendezvous_answer answer_request(kv_store& store, std::string_view method,
 }
 
 struct rendezvous_server::impl {
+  // Budgets (server thread only; mirrored into atomics for stats()). Declared before
+  // the io_context: sessions still queued in it are destroyed with it and leave these.
+  size_t connections = 0, held_count = 0, polls = 0;
+  std::map<net::ip::address, size_t> conns_of, polls_of; // per client (not loopback)
+  std::atomic<uint64_t> requests{0}, rejected{0}, refused{0}, accept_errors{0}, held_refused{0},
+      polls_cut{0};
+  std::atomic<size_t> now_connections{0}, now_held{0}, now_polls{0};
   rendezvous_options opts;
   net::io_context io{1};
   tcp::acceptor acceptor{io};
@@ -199,8 +206,11 @@ struct rendezvous_server::impl {
   std::thread thread;
   std::string address;
   uint16_t port = 0;
-  size_t connections = 0;
-  std::atomic<uint64_t> requests{0}, rejected{0}, refused{0}, accept_errors{0};
+  void publish() {
+    now_connections = connections;
+    now_held = held_count;
+    now_polls = polls;
+  }
   net::steady_timer retry_timer{io};
 
   struct session;
@@ -216,7 +226,13 @@ struct rendezvous_server::impl {
 };
 
 struct rendezvous_server::impl::session : std::enable_shared_from_this<session> {
+  // What the connection counts against: reading/answering (ordinary), a held
+  // rank_and_size request, or a long poll.
+  enum class mode { ordinary, held, polling };
   impl& srv;
+  net::ip::address client;
+  bool counted_client = false; // loopback clients are not counted per client
+  mode m = mode::ordinary;
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
   std::optional<http::request_parser<http::string_body>> parser;
@@ -224,10 +240,67 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   uint64_t waiter = 0;
   bool keep_alive = true; // of a held elastic request
 
-  session(impl& s, tcp::socket sock) : srv(s), stream(std::move(sock)), wait_timer(srv.io) {
+  session(impl& s, tcp::socket sock, net::ip::address from)
+      : srv(s), client(from), counted_client(!(s.opts.loopback_exempt && from.is_loopback())),
+        stream(std::move(sock)),
+        wait_timer(srv.io) {
     ++srv.connections;
+    if (counted_client)
+      ++srv.conns_of[client];
+    srv.publish();
   }
-  ~session() { --srv.connections; }
+  ~session() { leave(); }
+
+  // Takes the connection out of the budget it counts against.
+  void leave() {
+    switch (m) {
+    case mode::ordinary:
+      --srv.connections;
+      if (counted_client && --srv.conns_of[client] == 0)
+        srv.conns_of.erase(client);
+      break;
+    case mode::held:
+      --srv.held_count;
+      break;
+    case mode::polling:
+      --srv.polls;
+      if (counted_client && --srv.polls_of[client] == 0)
+        srv.polls_of.erase(client);
+      break;
+    }
+    srv.publish();
+  }
+  void enter(mode to) {
+    if (to == m)
+      return;
+    leave();
+    m = to;
+    switch (m) {
+    case mode::ordinary:
+      ++srv.connections;
+      if (counted_client)
+        ++srv.conns_of[client];
+      break;
+    case mode::held:
+      ++srv.held_count;
+      break;
+    case mode::polling:
+      ++srv.polls;
+      if (counted_client)
+        ++srv.polls_of[client];
+      break;
+    }
+    srv.publish();
+  }
+  // Whether one more long poll fits, overall and for this client.
+  bool poll_fits() const {
+    if (srv.polls >= srv.opts.max_long_polls)
+      return false;
+    if (!counted_client)
+      return true;
+    auto it = srv.polls_of.find(client);
+    return it == srv.polls_of.end() || it->second < srv.opts.max_long_polls_per_client;
+  }
 
   void read() {
     parser.emplace();
@@ -294,6 +367,13 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       reply(http::status::bad_request, r.error, keep);
       return true;
     case elastic_request::kind::rank_and_size: {
+      if (srv.held_count >= srv.opts.max_held) {
+        ++srv.held_refused;
+        ++srv.rejected;
+        reply(http::status::service_unavailable, "too many held rank_and_size requests\n", keep);
+        return true;
+      }
+      enter(mode::held);
       keep_alive = keep;
       stream.expires_never();
       auto slot = slot_key(r.host, r.local_rank);
@@ -308,6 +388,12 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       reply(http::status::ok, srv.update_text, keep);
       return true;
     }
+    if (!poll_fits()) { // answered as if the wait had ended: the client polls again
+      ++srv.polls_cut;
+      reply(http::status::ok, srv.update_text, keep);
+      return true;
+    }
+    enter(mode::polling);
     keep_alive = keep;
     stream.expires_never();
     auto self = shared_from_this();
@@ -332,6 +418,11 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
 
   // Holds the request until the key exists or the wait ends; then 200 or 404.
   void long_poll(const target& t, bool keep) {
+    if (!poll_fits()) { // answered as if the wait had ended: the client asks again
+      ++srv.polls_cut;
+      return reply(http::status::not_found, "", keep);
+    }
+    enter(mode::polling);
     stream.expires_never();
     auto wait = std::min<long>(*t.wait_ms, static_cast<long>(srv.opts.max_wait.count()));
     waiter =
@@ -363,6 +454,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   }
 
   void send(http::response<http::string_body> res) {
+    enter(mode::ordinary); // answered: back to the ordinary budget
     auto sp = std::make_shared<http::response<http::string_body>>(std::move(res));
     stream.expires_after(srv.opts.request_timeout);
     http::async_write(stream, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
@@ -408,13 +500,20 @@ void rendezvous_server::impl::accept() {
       return;
     }
     {
-      if (connections >= opts.max_connections) {
+      beast::error_code peer_ec;
+      auto from = sock.remote_endpoint(peer_ec).address();
+      bool over = connections >= opts.max_connections;
+      if (!over && !peer_ec && !(opts.loopback_exempt && from.is_loopback())) {
+        auto it = conns_of.find(from);
+        over = it != conns_of.end() && it->second >= opts.max_connections_per_client;
+      }
+      if (over || peer_ec) {
         ++refused;
         beast::error_code ignored;
         sock.close(ignored);
       } else {
         sock.set_option(tcp::no_delay(true), ec);
-        std::make_shared<session>(*this, std::move(sock))->read();
+        std::make_shared<session>(*this, std::move(sock), from)->read();
       }
     }
     accept();
@@ -517,8 +616,17 @@ void rendezvous_server::set_update(uint64_t generation, const std::string& text)
 }
 
 rendezvous_stats rendezvous_server::stats() const {
-  return {impl_->requests.load(), impl_->rejected.load(), impl_->refused.load(),
-          impl_->accept_errors.load()};
+  rendezvous_stats st;
+  st.requests = impl_->requests.load();
+  st.rejected = impl_->rejected.load();
+  st.connections_refused = impl_->refused.load();
+  st.accept_errors = impl_->accept_errors.load();
+  st.held_refused = impl_->held_refused.load();
+  st.polls_cut = impl_->polls_cut.load();
+  st.connections = impl_->now_connections.load();
+  st.held = impl_->now_held.load();
+  st.long_polls = impl_->now_polls.load();
+  return st;
 }
 
 } // namespace cafhvd

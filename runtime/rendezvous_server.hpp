@@ -19,7 +19,15 @@ namespace cafhvd {
 struct rendezvous_options {
   std::string bind = "127.0.0.1"; // one address, never every interface by default
   uint16_t port = 0;              // 0 = a free port
-  size_t max_connections = 1024;
+  // Budgets, each separate, so that one kind of waiting cannot shut out the others:
+  size_t max_connections = 4096;  // connections reading or answering a request
+  size_t max_held = 16384;        // held rank_and_size requests (full: 503 at once)
+  size_t max_long_polls = 4096;   // long polls waiting (full: answered as if their wait ended)
+  // per client address (loopback, the driver's own host, is exempt): ordinary
+  // connections and long polls of one address
+  size_t max_connections_per_client = 1024;
+  size_t max_long_polls_per_client = 256;
+  bool loopback_exempt = true; // tests turn it off to see the per-client limits
   std::chrono::milliseconds request_timeout{10000}; // to receive one whole request
   std::chrono::milliseconds max_wait{600000};       // cap of a long-poll GET
   kv_store::limits limits;
@@ -31,6 +39,9 @@ struct rendezvous_stats {
   uint64_t rejected = 0; // 4xx answers and dropped connections
   uint64_t connections_refused = 0;
   uint64_t accept_errors = 0; // e.g. out of descriptors; accepting resumes after a pause
+  uint64_t held_refused = 0;  // rank_and_size answered 503: the held budget was full
+  uint64_t polls_cut = 0;     // long polls answered at once: their budget was full
+  size_t connections = 0, held = 0, long_polls = 0; // now
 };
 
 /// The answer to one parsed request, without I/O: `wait_ms > 0` means "hold the request

@@ -284,6 +284,93 @@ TEST_CASE("server: connection count is bounded") {
   CHECK(srv.stats().connections_refused == 1);
 }
 
+namespace {
+
+// Opens a connection and sends `req` without reading the answer (a request that waits).
+int send_only(uint16_t port, const std::string& req) {
+  int fd = connect_to(port);
+  REQUIRE(::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size()));
+  return fd;
+}
+
+std::string get_line(const std::string& path) {
+  return "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+}
+
+template <class Pred> void wait_for(Pred pred) {
+  for (int i = 0; i < 300 && !pred(); ++i)
+    std::this_thread::sleep_for(10ms);
+  REQUIRE(pred());
+}
+
+} // namespace
+
+TEST_CASE("server: held requests and long polls fill budgets of their own; ordinary requests "
+          "still get answers") {
+  rendezvous_options o;
+  o.max_connections = 3;
+  o.max_held = 3;
+  o.max_long_polls = 3;
+  rendezvous_server srv{o};
+  srv.init(plan_3_plus_1());
+  srv.enable_elastic([](const std::string&, int) {});
+  std::vector<int> waiting;
+  for (int i = 0; i < 3; ++i)
+    waiting.push_back(send_only(srv.port(), get_line("/rank_and_size/A:" + std::to_string(i))));
+  for (int i = 0; i < 3; ++i)
+    waiting.push_back(send_only(srv.port(), get_line("/global/later?wait_ms=60000")));
+  wait_for([&] { return srv.stats().held == 3 && srv.stats().long_polls == 3; });
+  // six connections wait, yet the ordinary budget (3) is untouched
+  CHECK(srv.stats().connections == 0);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/x", "1")) == 200);
+  CHECK(body_of(request(srv.port(), "GET", "/global/x")) == "1");
+  // a fourth held request is refused at once, a fourth long poll answered at once
+  auto t0 = std::chrono::steady_clock::now();
+  auto refused = request(srv.port(), "GET", "/rank_and_size/B:0");
+  CHECK(status_of(refused) == 503);
+  CHECK(body_of(refused) == "too many held rank_and_size requests\n");
+  CHECK(status_of(request(srv.port(), "GET", "/global/later?wait_ms=60000")) == 404);
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(srv.stats().held_refused == 1);
+  CHECK(srv.stats().polls_cut == 1);
+  // the waiting ones are still served: a PUT answers the polls, a release the votes
+  CHECK(status_of(request(srv.port(), "PUT", "/global/later", "v")) == 200);
+  srv.release(plan_3_plus_1());
+  for (int fd : waiting) {
+    auto got = read_all(fd, 3s);
+    CHECK(status_of(got) == 200);
+    ::close(fd);
+  }
+  wait_for([&] { return srv.stats().held == 0 && srv.stats().long_polls == 0; });
+}
+
+TEST_CASE("server: one client address cannot take every long poll or connection") {
+  rendezvous_options o;
+  o.loopback_exempt = false; // 127.0.0.1 plays a remote client
+  o.max_long_polls_per_client = 2;
+  o.max_connections_per_client = 4;
+  rendezvous_server srv{o};
+  srv.init(plan_3_plus_1());
+  std::vector<int> polls;
+  for (int i = 0; i < 2; ++i)
+    polls.push_back(send_only(srv.port(), get_line("/global/k?wait_ms=60000")));
+  wait_for([&] { return srv.stats().long_polls == 2; });
+  CHECK(status_of(request(srv.port(), "GET", "/global/k?wait_ms=60000")) == 404); // cut
+  CHECK(srv.stats().polls_cut == 1);
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i)
+    idle.push_back(connect_to(srv.port()));
+  wait_for([&] { return srv.stats().connections == 4; });
+  int extra = connect_to(srv.port());
+  CHECK(read_all(extra, 1s).empty()); // refused: closed without an answer
+  CHECK(srv.stats().connections_refused == 1);
+  for (int fd : polls)
+    ::close(fd);
+  for (int fd : idle)
+    ::close(fd);
+  ::close(extra);
+}
+
 TEST_CASE("server: binding to a bad address is an error that names it") {
   rendezvous_options o;
   o.bind = "not-an-ip";
