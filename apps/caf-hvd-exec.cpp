@@ -9,11 +9,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <fcntl.h>
 #include <initializer_list>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,6 +67,16 @@ int main(int argc, char** argv) {
     on_agent_death(0);
   prctl(PR_SET_CHILD_SUBREAPER, 1); // orphans of the command stay in reach
 
+  // The agent raised its own descriptor limit; the rank gets the one it started with.
+  if (const char* orig = std::getenv("CAF_HVD_RANK_NOFILE")) {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      lim.rlim_cur = std::min<rlim_t>(static_cast<rlim_t>(std::strtoull(orig, nullptr, 10)),
+                                      lim.rlim_max);
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+    }
+    ::unsetenv("CAF_HVD_RANK_NOFILE");
+  }
   pid_t child = -1;
   int rc = posix_spawnp(&child, argv[4], nullptr, nullptr, argv + 4, environ);
   if (rc != 0) {

@@ -958,6 +958,8 @@ int main(int argc, char** argv) {
       print_usage(std::cout);
       return 0;
     }
+    if (sub == "node" || sub == "driver" || sub == "run")
+      raise_descriptor_limit(); // connections per rank add up; ranks get the old limit back
     if (sub == "node")
       return run_node(argc, argv);
     if (sub == "driver")

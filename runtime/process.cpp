@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <sys/syscall.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -93,6 +94,21 @@ std::string exit_status::describe() const {
   return fmt::format("exit code {}", code);
 }
 
+namespace {
+// The soft descriptor limit before raise_descriptor_limit (0 = not raised).
+std::atomic<rlim_t> original_nofile{0};
+} // namespace
+
+void raise_descriptor_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max)
+    return;
+  auto before = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &lim) == 0)
+    original_nofile = before;
+}
+
 struct child_process::shared {
   pid_t pid = -1;
   std::atomic<bool> reaped{false};
@@ -155,7 +171,10 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
   std::vector<std::string> args{spec.shim, std::to_string(getpid()), "3", "--"};
   args.insert(args.end(), spec.argv.begin(), spec.argv.end());
   auto argv = c_strings(args);
-  auto envp = c_strings(spec.env);
+  auto env = spec.env;
+  if (auto orig = original_nofile.load(); orig != 0)
+    env.push_back(fmt::format("CAF_HVD_RANK_NOFILE={}", static_cast<unsigned long long>(orig)));
+  auto envp = c_strings(env);
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);

@@ -96,6 +96,11 @@ private:
   pid_t pid_ = -1;
 };
 
+/// Raises this process's soft RLIMIT_NOFILE to the hard limit (a driver or agent holds
+/// several descriptors per rank). Rank processes get the original soft limit back
+/// (through caf-hvd-exec), so programs that use select() see what they always saw.
+void raise_descriptor_limit();
+
 /// Returns a TCP port that is free on this host right now (bound to 0 and released).
 int find_free_port();
 

@@ -14,6 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from harness import (Cluster, free_port, make_cluster, pids_matching, rank_envs,  # noqa: E402
                      rank_lines, run_suite, wait_until)
 
@@ -520,6 +521,23 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         self.assertEqual(rc, code, f"{args}: {err}")
         for n in needles:
             self.assertIn(n, err)
+
+    def test_descriptor_limit_raised_for_caf_hvd_not_for_its_ranks(self):
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard <= 512:
+            self.skipTest(f"the hard descriptor limit is {hard}: nothing to raise")
+        show = ("gp=$(ps -o ppid= -p $PPID | tr -d ' '); "
+                "echo rank $(ulimit -n) launcher $(awk '/open files/ {print $4}' /proc/$gp/limits)")
+        p = subprocess.run(
+            [harness.CAF_HVD, "run", "-np", "1", "--quiet", "--", "sh", "-c", show],
+            capture_output=True,
+            text=True, timeout=60,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard)))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        want = "rank 512 launcher unlimited" if hard == resource.RLIM_INFINITY \
+            else f"rank 512 launcher {hard}"
+        self.assertIn(want, p.stdout)
 
     def test_bad_input(self):
         port = self.c.node("hostA")
