@@ -19,6 +19,11 @@ hvd_config::hvd_config() {
   add_message_type<probe_result>("cafhvd::probe_result");
   add_message_type<launch_spec>("cafhvd::launch_spec");
   add_message_type<gpu_lease>("cafhvd::gpu_lease");
+  add_message_type<launch_batch>("cafhvd::launch_batch");
+  add_message_type<std::vector<worker_actor>>("std::vector<cafhvd::worker_actor>");
+  add_message_type<worker_actor>("cafhvd::worker_actor");
+  add_message_type<std::vector<uint32_t>>("std::vector<uint32_t>");
+  add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
   add_message_type<output_batch>("cafhvd::output_batch");
   add_message_type<rank_exit>("cafhvd::rank_exit");
   add_message_type<driver_actor>("cafhvd::driver_actor");

@@ -1481,7 +1481,10 @@ private:
       released_hosts_ = gen_.hosts();
       events_.emit("generation.released", {{"generation", gen_.number}});
     }
-    // New slots get processes; running ones learn their place through rank_and_size.
+    // New slots get processes (one batch per host); running ones learn their place
+    // through rank_and_size.
+    std::map<std::string, std::vector<std::pair<std::string, slot_info>>> fresh; // by host
+    std::vector<std::string> host_order;
     for (size_t r = 0; r < gen_.plan.size() && !done_; ++r) {
       auto& row = gen_.plan[r];
       auto key = slot_key(row.hostname, row.local_rank);
@@ -1489,8 +1492,13 @@ private:
         s->rank = row.rank;
         continue;
       }
-      start_slot(key, row);
+      if (!fresh.count(row.hostname))
+        host_order.push_back(row.hostname);
+      fresh[row.hostname].emplace_back(key, row);
     }
+    for (auto& host : host_order)
+      if (!done_)
+        start_slots(host, fresh[host]);
     barrier_check_.reset();
     if (!torch_store_)
       find_master_port();
@@ -1500,54 +1508,61 @@ private:
     check_release();
   }
 
-  void start_slot(const std::string& key, const slot_info& row) {
-    auto* h = host_by_name(row.hostname);
+  // One host's new slots: one request spawns their workers (the node's colocator does
+  // it locally), one request launches them. Messages per job grow with hosts, not ranks.
+  void start_slots(const std::string& hostname,
+                   const std::vector<std::pair<std::string, slot_info>>& rows) {
+    auto* h = host_by_name(hostname);
     if (!h)
-      return fail(fmt::format("internal error: host {} of the plan is not ready", row.hostname));
-    eslot s;
-    s.id = next_slot_id_++;
-    s.key = key;
-    s.endpoint = h->endpoint();
-    s.running = true;
-    s.rank = row.rank;
-    s.started = clock_type::now();
-    // A retired process of the same slot may still be ending: it keeps its own entry.
-    slots_[s.id] = s;
-    current_[key] = s.id;
-    auto self_hdl = caf::actor_cast<driver_actor>(this);
-    auto id = s.id;
-    if (job_.embedded) {
-      auto w = system().spawn<worker_actor>(worker_type_name,
-                                            caf::make_message(h->colocator, self_hdl, id));
-      return worker_spawned(id, w ? *w : worker_actor{});
+      return fail(fmt::format("internal error: host {} of the plan is not ready", hostname));
+    std::vector<uint32_t> ids;
+    for (auto& [key, row] : rows) {
+      eslot s;
+      s.id = next_slot_id_++;
+      s.key = key;
+      s.endpoint = h->endpoint();
+      s.running = true;
+      s.rank = row.rank;
+      s.started = clock_type::now();
+      // A retired process of the same slot may still be ending: it keeps its own entry.
+      slots_[s.id] = s;
+      current_[key] = s.id;
+      ids.push_back(s.id);
     }
-    auto mm = system().middleman().actor_handle();
-    request(mm, job_.start_timeout, caf::spawn_atom::value, h->nid, std::string{worker_type_name},
-            caf::make_message(h->colocator, self_hdl, id), system().message_types<worker_actor>())
+    auto ep = h->endpoint();
+    request(h->colocator, job_.start_timeout, workers_atom::value, ids)
         .then(
-            [this, id](caf::strong_actor_ptr& p) {
-              worker_spawned(id, caf::actor_cast<worker_actor>(std::move(p)));
+            [this, ep, ids](std::vector<worker_actor>& workers) {
+              std::vector<uint32_t> ready;
+              for (size_t i = 0; i < ids.size(); ++i)
+                if (worker_spawned(ids[i], i < workers.size() ? workers[i] : worker_actor{}))
+                  ready.push_back(ids[i]);
+              launch_slots(ep, ready);
             },
-            [this, id](caf::error& e) {
-              if (auto* s = slot_by_id(id))
-                slot_failed(*s, fmt::format("cannot start its worker: {}", describe(e)));
+            [this, ids](caf::error& e) {
+              for (auto id : ids)
+                if (auto* s = slot_by_id(id); s && s->running)
+                  slot_failed(*s, fmt::format("cannot start its worker: {}", describe(e)));
             });
   }
 
-  void worker_spawned(uint32_t id, worker_actor w) {
+  // True when the slot's worker may launch its process now.
+  bool worker_spawned(uint32_t id, worker_actor w) {
     auto* s = slot_by_id(id);
     if (!s)
-      return;
-    if (!w)
-      return slot_failed(*s, "remote spawn of its worker returned no actor");
+      return false;
+    if (!w) {
+      slot_failed(*s, "its node could not spawn its worker");
+      return false;
+    }
     monitor(w);
     s->worker = w;
     if (s->retired || done_) {
       s->running = false;
       send_exit(w, caf::exit_reason::user_shutdown);
-      return;
+      return false;
     }
-    launch_slot(*s);
+    return true;
   }
 
   // --torch-store off: MASTER_PORT is a port free on rank 0's host now, found anew for
@@ -1568,9 +1583,12 @@ private:
                 return fail(
                     fmt::format("rank 0's host {} found no free port for MASTER_PORT", host));
               master_port_ = port;
+              std::map<std::string, std::vector<uint32_t>> by_host;
               for (auto id : std::exchange(awaiting_port_, {}))
                 if (auto* s = slot_by_id(id); s && s->running && !s->retired && s->worker)
-                  launch_slot(*s);
+                  by_host[s->endpoint].push_back(id);
+              for (auto& [ep, ids] : by_host)
+                launch_slots(ep, ids);
             },
             [this, g, host](caf::error& e) {
               if (g == gen_.number)
@@ -1579,26 +1597,28 @@ private:
             });
   }
 
-  // Starts the slot's process with its row of the current plan (which may be newer than
-  // the one the worker was spawned for).
-  void launch_slot(eslot& s) {
+  // The slot's environment from its row of the current plan (which may be newer than
+  // the one its worker was spawned for); nullopt when it cannot launch now.
+  std::optional<std::vector<std::string>> rank_environment(eslot& s) {
     auto it = gen_.rows.find(s.key);
     if (it == gen_.rows.end()) {
       // The slot left the job while its worker was spawned.
       s.running = false;
       s.retired = true;
       send_exit(s.worker, caf::exit_reason::user_shutdown);
-      return;
+      return std::nullopt;
     }
     auto& row = it->second;
     auto& h = hosts_.at(s.endpoint);
     auto* master_host = host_by_name(gen_.plan.front().hostname);
-    if (!master_host)
-      return slot_failed(s, "rank 0's host is gone");
+    if (!master_host) {
+      slot_failed(s, "rank 0's host is gone");
+      return std::nullopt;
+    }
     auto& master = *master_host;
     if (!torch_store_ && master_port_ <= 0) {
       awaiting_port_.push_back(s.id); // launched when this generation's port is known
-      return;
+      return std::nullopt;
     }
     rank_env_input in;
     in.rank = row.rank;
@@ -1631,47 +1651,91 @@ private:
     in.cpus_per_slot = static_cast<int>(job_.cpus_per_slot);
     if (elastic_)
       in.extra.push_back("HOROVOD_ELASTIC=1");
-    launch_spec spec;
-    spec.argv = job_.command;
-    spec.env = build_rank_env(in);
-    spec.cwd = job_.cwd;
-    spec.env.push_back("PWD=" + job_.cwd);
-    if (executor()) {
-      spec.executor = true;
-      spec.boot = boot_;
-      spec.max_frame = job_.max_frame;
-      if (!boot_.empty())
-        s.calls.push_back(0);
+    auto env = build_rank_env(in);
+    env.push_back("PWD=" + job_.cwd);
+    std::sort(env.begin(), env.end());
+    return env;
+  }
+
+  // Launches the slots (all of host `ep`, workers spawned) with one message: the
+  // variables they share once, each slot's own beside them.
+  void launch_slots(const std::string& ep, const std::vector<uint32_t>& ids) {
+    auto hit = hosts_.find(ep);
+    if (hit == hosts_.end() || !hit->second.colocator)
+      return;
+    launch_batch batch;
+    std::vector<std::vector<std::string>> envs;
+    for (auto id : ids) {
+      auto* s = slot_by_id(id);
+      if (!s || !s->running || s->retired || !s->worker)
+        continue;
+      auto env = rank_environment(*s);
+      if (!env)
+        continue;
+      batch.slots.push_back(id);
+      envs.push_back(std::move(*env));
+      if (executor() && !boot_.empty())
+        s->calls.push_back(0);
+      open_outputs(s->key);
     }
-    open_outputs(s.key);
-    auto id = s.id;
-    request(s.worker, job_.start_timeout, launch_atom::value, std::move(spec))
+    if (batch.slots.empty())
+      return;
+    batch.common_env = envs.front();
+    for (size_t i = 1; i < envs.size(); ++i) {
+      std::vector<std::string> both;
+      std::set_intersection(batch.common_env.begin(), batch.common_env.end(), envs[i].begin(),
+                            envs[i].end(), std::back_inserter(both));
+      batch.common_env.swap(both);
+    }
+    for (auto& env : envs) {
+      std::vector<std::string> own;
+      std::set_difference(env.begin(), env.end(), batch.common_env.begin(),
+                          batch.common_env.end(), std::back_inserter(own));
+      batch.envs.push_back(std::move(own));
+    }
+    batch.argv = job_.command;
+    batch.cwd = job_.cwd;
+    if (executor()) {
+      batch.executor = true;
+      batch.boot = boot_;
+      batch.max_frame = job_.max_frame;
+    }
+    auto launched = batch.slots;
+    request(hit->second.colocator, job_.start_timeout, launch_atom::value, std::move(batch))
         .then(
-            [this, id](int32_t pid) {
-              auto* s = slot_by_id(id);
-              if (!s)
-                return;
-              s->launched = true;
-              log("rank {} ({}) started, pid {}", s->rank, s->key, pid);
-              if (events_.enabled())
-                events_.emit("rank.started", {{"rank", s->rank},
-                                              {"host", hosts_.at(s->endpoint).info.name},
-                                              {"slot", s->key},
-                                              {"pid", pid},
-                                              {"generation", gen_.number}});
-              // A static job launches each slot of its one generation once.
-              if (!elastic_ && !all_started_ && ++launched_ == gen_.plan.size()) {
-                all_started_ = true;
-                log("all {} ranks started", gen_.plan.size());
-                phase("run");
-                if (executor())
-                  send_rank_table();
-              }
+            [this, launched](std::vector<int32_t>& pids) {
+              for (size_t i = 0; i < launched.size(); ++i)
+                if (i < pids.size() && pids[i] > 0)
+                  slot_launched(launched[i], pids[i]);
+              // pid 0: the process could not start; its worker reports how it ended
             },
-            [this, id](caf::error& e) {
-              if (auto* s = slot_by_id(id))
-                slot_failed(*s, fmt::format("launch failed: {}", describe(e)));
+            [this, launched](caf::error& e) {
+              for (auto id : launched)
+                if (auto* s = slot_by_id(id); s && s->running)
+                  slot_failed(*s, fmt::format("launch failed: {}", describe(e)));
             });
+  }
+
+  void slot_launched(uint32_t id, int32_t pid) {
+    auto* s = slot_by_id(id);
+    if (!s)
+      return;
+    s->launched = true;
+    log("rank {} ({}) started, pid {}", s->rank, s->key, pid);
+    if (events_.enabled())
+      events_.emit("rank.started", {{"rank", s->rank},
+                                    {"host", hosts_.at(s->endpoint).info.name},
+                                    {"slot", s->key},
+                                    {"pid", pid},
+                                    {"generation", gen_.number}});
+    // A static job launches each slot of its one generation once.
+    if (!elastic_ && !all_started_ && ++launched_ == gen_.plan.size()) {
+      all_started_ = true;
+      log("all {} ranks started", gen_.plan.size());
+      phase("run");
+      if (executor())
+        send_rank_table();
+    }
   }
 
   // A slot that will not take part any more: its held votes are answered and its

@@ -49,6 +49,11 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
                            [&](auto& w) { return w.address() == dm.source; });
     if (it != st.workers.end())
       st.workers.erase(it);
+    for (auto s = st.by_slot.begin(); s != st.by_slot.end(); ++s)
+      if (s->second.address() == dm.source) {
+        st.by_slot.erase(s);
+        break;
+      }
     if ((st.driver_gone || st.stopping) && st.workers.empty())
       self->quit(caf::exit_reason::user_shutdown);
   });
@@ -113,6 +118,60 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           self->state.gpu_owner = self->id();
         }
         return lease;
+      },
+      [=](workers_atom, std::vector<uint32_t>& slots) -> std::vector<worker_actor> {
+        auto& st = self->state;
+        std::vector<worker_actor> out;
+        auto me = caf::actor_cast<colocator_actor>(self);
+        for (auto id : slots) {
+          auto w = self->system().spawn<worker_actor>(worker_type_name,
+                                                      caf::make_message(me, st.driver, id));
+          out.push_back(w ? *w : worker_actor{});
+          if (w)
+            st.by_slot[id] = *w;
+        }
+        return out;
+      },
+      [=](launch_atom, launch_batch& batch) -> caf::result<std::vector<int32_t>> {
+        auto& st = self->state;
+        auto n = batch.slots.size();
+        if (batch.envs.size() != n)
+          return caf::make_error(caf::sec::invalid_argument, "launch batch: slots and envs differ");
+        auto rp = self->make_response_promise<std::vector<int32_t>>();
+        auto pids = std::make_shared<std::vector<int32_t>>(n, 0);
+        auto left = std::make_shared<size_t>(n);
+        if (n == 0) {
+          rp.deliver(std::vector<int32_t>{});
+          return rp;
+        }
+        auto done_one = [rp, pids, left]() mutable {
+          if (--*left == 0)
+            rp.deliver(std::move(*pids));
+        };
+        for (size_t i = 0; i < n; ++i) {
+          auto it = st.by_slot.find(batch.slots[i]);
+          if (it == st.by_slot.end()) {
+            done_one();
+            continue;
+          }
+          launch_spec spec;
+          spec.argv = batch.argv;
+          spec.cwd = batch.cwd;
+          spec.env = batch.common_env;
+          spec.env.insert(spec.env.end(), std::make_move_iterator(batch.envs[i].begin()),
+                          std::make_move_iterator(batch.envs[i].end()));
+          spec.executor = batch.executor;
+          spec.boot = batch.boot;
+          spec.max_frame = batch.max_frame;
+          self->request(it->second, std::chrono::seconds(60), launch_atom::value, std::move(spec))
+              .then(
+                  [pids, i, done_one](int32_t pid) mutable {
+                    (*pids)[i] = pid;
+                    done_one();
+                  },
+                  [done_one](caf::error&) mutable { done_one(); });
+        }
+        return rp;
       },
       [=](enlist_atom, worker_actor w) {
         self->monitor(w);

@@ -30,6 +30,7 @@ struct colocator_state {
   std::unique_ptr<probe_responder> responder; // answers other nodes' NIC probes
   std::map<uint64_t, caf::typed_response_promise<std::vector<probe_result>>> probes;
   uint64_t next_probe = 1;
+  std::map<uint32_t, worker_actor> by_slot; // workers it spawned, by slot id
   std::shared_ptr<gpu_pool> gpu_pool_held; // set once devices are lent to this job
   uint64_t gpu_owner = 0;
   static inline const char* name = "colocator";

@@ -52,6 +52,7 @@ using chanend_atom = caf::atom_constant<caf::atom("chanend")>;
 using close_atom = caf::atom_constant<caf::atom("chclose")>;
 using control_atom = caf::atom_constant<caf::atom("control")>;
 using gpu_atom = caf::atom_constant<caf::atom("gpus")>;
+using workers_atom = caf::atom_constant<caf::atom("workers")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -130,6 +131,24 @@ struct launch_spec {
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, launch_spec& x) {
   return f(caf::meta::type_name("launch_spec"), x.argv, x.env, x.cwd, x.executor, x.boot,
            x.max_frame);
+}
+
+/// One node's share of a launch, in one message: what every rank there has in common
+/// is sent once, each rank adds only its own variables (rank numbers, devices, ...).
+struct launch_batch {
+  std::vector<std::string> argv;
+  std::string cwd;
+  std::vector<std::string> common_env; // KEY=VALUE pairs every rank of the batch has
+  bool executor = false;
+  std::string boot;
+  uint64_t max_frame = 0;
+  std::vector<uint32_t> slots;                // the workers (slot ids) to launch
+  std::vector<std::vector<std::string>> envs; // per slot: its pairs beyond common_env
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, launch_batch& x) {
+  return f(caf::meta::type_name("launch_batch"), x.argv, x.cwd, x.common_env, x.executor, x.boot,
+           x.max_frame, x.slots, x.envs);
 }
 
 /// Whole lines a rank wrote to one stream (0 = stdout, 1 = stderr), in order.
@@ -216,6 +235,11 @@ using colocator_actor = caf::typed_actor<
     // lend N more devices to this job (held until the colocator ends): every device the
     // job holds here, or none and why not
     caf::replies_to<gpu_atom, uint32_t>::with<gpu_lease>,
+    // per-node batching: spawn this node's workers for these slots (one round trip per
+    // node, not per rank), then launch them; pids in the batch's order (0: not started,
+    // its exit report says why)
+    caf::replies_to<workers_atom, std::vector<uint32_t>>::with<std::vector<worker_actor>>,
+    caf::replies_to<launch_atom, launch_batch>::with<std::vector<int32_t>>,
     caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
     caf::reacts_to<stop_atom, std::string>,    // the agent shuts down (why): as terminate
     caf::reacts_to<kill_atom>>;                // the grace period is over

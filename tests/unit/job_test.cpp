@@ -36,6 +36,7 @@ struct node_log {
   std::map<uint32_t, int> closes;                                          // slot -> chclose
   std::map<uint32_t, std::vector<int32_t>> signals;
   int terminates = 0;             // teardowns asked of the colocator
+  int batches = 0;                // launch messages the colocator got
   bool answer_node_info = true;   // false: a node agent that never answers
   bool ignore_sigterm = false;    // the ranks trap SIGTERM (only SIGKILL ends them)
   std::vector<std::string> names; // node names for the colocators, in spawn order
@@ -46,7 +47,7 @@ struct node_log {
 };
 node_log* the_log = nullptr;
 
-colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, driver_actor,
+colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, driver_actor driver,
                                               std::string, int32_t grace_ms) {
   std::string name = the_log->next_name < the_log->names.size()
                          ? the_log->names[the_log->next_name++]
@@ -69,6 +70,39 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
          std::vector<std::string>&) -> std::vector<probe_result> { return {}; },
       [](probed_atom, uint64_t, std::vector<probe_result>&) {},
       [](enlist_atom, worker_actor) {},
+      [=](workers_atom, std::vector<uint32_t>& slots) -> std::vector<worker_actor> {
+        std::vector<worker_actor> out;
+        auto me = caf::actor_cast<colocator_actor>(self);
+        for (auto id : slots) {
+          auto w = self->system().spawn<worker_actor>(worker_type_name,
+                                                      caf::make_message(me, driver, id));
+          out.push_back(w ? *w : worker_actor{});
+        }
+        return out;
+      },
+      [=](launch_atom, launch_batch& b) -> caf::result<std::vector<int32_t>> {
+        ++the_log->batches;
+        auto rp = self->make_response_promise<std::vector<int32_t>>();
+        auto pids = std::make_shared<std::vector<int32_t>>(b.slots.size(), 0);
+        auto left = std::make_shared<size_t>(b.slots.size());
+        for (size_t i = 0; i < b.slots.size(); ++i) {
+          launch_spec spec;
+          spec.argv = b.argv;
+          spec.cwd = b.cwd;
+          spec.env = b.common_env;
+          spec.env.insert(spec.env.end(), b.envs[i].begin(), b.envs[i].end());
+          spec.executor = b.executor;
+          spec.boot = b.boot;
+          spec.max_frame = b.max_frame;
+          self->request(the_log->workers.at(b.slots[i]), caf::infinite, launch_atom::value, spec)
+              .then([=](int32_t pid) mutable {
+                (*pids)[i] = pid;
+                if (--*left == 0)
+                  rp.deliver(*pids);
+              });
+        }
+        return rp;
+      },
       [=](gpu_atom, uint32_t n) -> gpu_lease {
         std::vector<int32_t> held;
         for (int32_t i = the_log->gpus_taken; i < the_log->gpus && held.size() < n; ++i)
@@ -273,7 +307,9 @@ TEST_CASE_FIXTURE(fixture,
     CHECK(std::count(env.begin(), env.end(), "HOROVOD_LOCAL_RANK=" + std::to_string(r)) == 1);
     CHECK(std::count(env.begin(), env.end(), "MASTER_PORT=4242") == 1); // --torch-store off
     CHECK(std::count(env.begin(), env.end(), "HOROVOD_ELASTIC=1") == 0);
+    CHECK(std::count(env.begin(), env.end(), "HOROVOD_RANK=" + std::to_string(r)) == 1);
   }
+  CHECK(log.batches == 1); // one launch message for the node's three ranks
   for (int r = 0; r < 3; ++r)
     exit(slot_of_rank(r), 0);
   CHECK(job_ended());
