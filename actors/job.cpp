@@ -760,7 +760,31 @@ private:
     connect_agent(ep);
   }
 
+  // At most connect_window handshakes at once: CAF 0.17 runs every TLS handshake of this
+  // process on its one multiplexer thread, so more in flight only starves the heartbeats
+  // of the links already up (at 128 agents they timed out) without finishing sooner.
+  static constexpr size_t connect_window = 16;
+
   void connect_agent(const std::string& ep) {
+    connect_queue_.push_back(ep);
+    pump_connects();
+  }
+
+  void pump_connects() {
+    while (connects_in_flight_ < connect_window && !connect_queue_.empty()) {
+      auto ep = connect_queue_.front();
+      connect_queue_.pop_front();
+      ++connects_in_flight_;
+      dial(ep);
+    }
+  }
+
+  void dialed() {
+    --connects_in_flight_;
+    pump_connects();
+  }
+
+  void dial(const std::string& ep) {
     auto& h = hosts_.at(ep);
     auto mm =
         job_.tls ? system().openssl_manager().actor_handle() : system().middleman().actor_handle();
@@ -768,6 +792,7 @@ private:
     request(mm, job_.start_timeout, caf::connect_atom::value, h.address, h.spec.port)
         .then(
             [this, ep](caf::node_id& nid, caf::strong_actor_ptr&, std::set<std::string>&) {
+              dialed();
               auto& h = hosts_.at(ep);
               for (auto& [other, o] : hosts_)
                 if (other != ep && o.nid == nid && (o.st == ehost::status::ready || !elastic_))
@@ -785,8 +810,9 @@ private:
               if (e == caf::sec::connection_timeout && !done_
                   && clock_type::now() - started_ + std::chrono::seconds(1) < job_.start_timeout) {
                 log("handshake with {} timed out; trying again", ep);
-                return connect_agent(ep);
+                return dial(ep); // keeps its place in the window
               }
+              dialed();
               host_unusable(ep, fmt::format("cannot connect: {}", connect_error(e)));
             });
   }
@@ -2327,6 +2353,9 @@ private:
   uint64_t last_call_ = 0;
   uint64_t next_log_ack_ = 0;
   std::map<uint64_t, caf::typed_response_promise<caf::ok_atom>> log_acks_;
+
+  std::deque<std::string> connect_queue_; // agents waiting for a place in the window
+  size_t connects_in_flight_ = 0;
 
   bool all_started_ = false; // static: every rank was started (the start deadline is over)
   size_t launched_ = 0;      // static: processes started so far
