@@ -4,7 +4,7 @@ driver job of K x 8 ranks of /bin/true, next to `caf-hvd run -np K*8` (the proce
 floor on this machine, no agents) and, when installed, `mpirun -np K*8 --oversubscribe
 /bin/true`.
 
-usage: bench/scale.py [--agents 8,32,64,128] [--slots 8] [--runs 3] [--build DIR]
+usage: bench/scale.py [--agents 8,32,64,128] [--slots 8] [--runs 3] [--insecure] [--build DIR]
 
 Per size: the median total wall time of the job, the phases from the driver's closing
 summary (connect, nic, launch, run, in ms), the driver's peak RSS and one agent's, and
@@ -62,6 +62,7 @@ def main():
     ap.add_argument("--agents", default="8,32,64,128")
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--insecure", action="store_true", help="agents and driver without TLS")
     ap.add_argument("--build", default=None)
     a = ap.parse_args()
     mpirun = shutil.which("mpirun")
@@ -73,13 +74,13 @@ def main():
         c = Cluster()
         try:
             for i in range(k):
-                c.node(f"s{i}", slots=a.slots)
+                c.node(f"s{i}", slots=a.slots, extra=["--insecure"] if a.insecure else [])
             hosts = ",".join(c.spec(f"s{i}", a.slots) for i in range(k))
             totals, oks, ph, rss = [], 0, {}, []
             for _ in range(a.runs):
                 secs, code, err, peak = timed_run(
-                    [CAF_HVD, "driver", "-H", hosts, "-np", str(ranks), "--start-timeout", "120",
-                     "--", "/bin/true"])
+                    [CAF_HVD, "driver", "-H", hosts, "-np", str(ranks), "--start-timeout", "120"]
+                    + (["--insecure"] if a.insecure else []) + ["--", "/bin/true"])
                 totals.append(secs)
                 rss.append(peak)
                 if code == 0:

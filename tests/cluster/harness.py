@@ -94,6 +94,8 @@ class Cluster:
                              start_new_session=True, text=True)
         self.procs.append(p)
         line = p.stdout.readline()
+        if "WARNING: --insecure" in line:  # said first by an agent without TLS
+            line = p.stdout.readline()
         if "listening" not in line:
             raise AssertionError(f"node {name} did not start: {line!r}")
         self.nodes[name] = (p, port)
