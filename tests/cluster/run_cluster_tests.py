@@ -522,6 +522,22 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         for n in needles:
             self.assertIn(n, err)
 
+    def test_sixteen_agents_by_four_every_rank_in_its_place(self):
+        for i in range(16):
+            self.c.node(f"q{i:02d}")
+        hosts = ",".join(self.c.spec(f"q{i:02d}", 4) for i in range(16))
+        show = ("echo $HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_LOCAL_RANK $HOROVOD_LOCAL_SIZE "
+                "$HOROVOD_CROSS_RANK $HOROVOD_CROSS_SIZE $HOROVOD_HOSTNAME $RANK $LOCAL_RANK "
+                "$GROUP_RANK")
+        rc, out, err = self.c.run(["driver", "-H", hosts, "-np", "64", "--quiet", "--",
+                                   "sh", "-c", show], timeout=120)
+        self.assertEqual(rc, 0, err)
+        got = rank_lines(out)
+        self.assertEqual(sorted(got), list(range(64)))
+        for r in range(64):
+            h, lr = divmod(r, 4)
+            self.assertEqual(got[r], [f"{r} 64 {lr} 4 {h} 16 q{h:02d} {r} {lr} {h}"], r)
+
     def test_descriptor_limit_raised_for_caf_hvd_not_for_its_ranks(self):
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
