@@ -24,6 +24,7 @@
 #include "actors/driver.hpp"
 #include "actors/driver_util.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/allocation.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/env.hpp"
 #include "runtime/gpu.hpp"
@@ -739,7 +740,17 @@ int run_job(int argc, char** argv, bool embedded) {
       throw usage_error(fmt::format("--{} belongs to elastic jobs: give --host-discovery-script "
                                     "too",
                                     flag));
-  if (!elastic && !np_given(vm) && !(embedded && (!o.hosts.empty() || !o.hostfile.empty())))
+  // Inside a batch allocation and without -H/--hostfile, the allocation gives the hosts.
+  std::optional<allocation> alloc;
+  if (!embedded && !elastic && o.hosts.empty() && o.hostfile.empty()) {
+    try {
+      alloc = detect_allocation();
+    } catch (const spec_error& e) {
+      throw usage_error(e.what());
+    }
+  }
+  if (!elastic && !np_given(vm) && !alloc
+      && !(embedded && (!o.hosts.empty() || !o.hostfile.empty())))
     throw usage_error("-np is required: the number of ranks");
   if (np_given(vm) && o.np < 1)
     throw usage_error(fmt::format("-np {}: need at least 1 rank", o.np));
@@ -762,10 +773,22 @@ int run_job(int argc, char** argv, bool embedded) {
     job.elastic = elastic_options(o, vm);
     o.np = job.elastic->min_np;
   } else {
-    if (o.hosts.empty() == o.hostfile.empty())
+    if (!o.hosts.empty() && !o.hostfile.empty())
       throw usage_error("give the hosts with exactly one of -H/--hosts or --hostfile");
+    if (o.hosts.empty() && o.hostfile.empty() && !alloc)
+      throw usage_error("give the hosts with -H/--hosts or --hostfile (or run inside a Slurm, "
+                        "PBS or LSF allocation)");
     try {
-      if (!o.hosts.empty()) {
+      if (alloc) {
+        job.hosts = alloc->hosts;
+        if (!np_given(vm)) {
+          o.np = 0;
+          for (auto& h : job.hosts)
+            o.np += static_cast<int>(h.slots);
+        }
+        std::cerr << fmt::format("caf-hvd: {} hosts from {} ({} slots)\n", job.hosts.size(),
+                                 alloc->source, o.np);
+      } else if (!o.hosts.empty()) {
         job.hosts = parse_host_list(o.hosts);
       } else {
         std::ifstream in{o.hostfile};
@@ -889,6 +912,61 @@ int run_job(int argc, char** argv, bool embedded) {
   return result->exit_code;
 }
 
+// caf-hvd hosts: the hosts a job would use, one HOST:SLOTS line each.
+int run_hosts(int argc, char** argv) {
+  po::options_description desc{"caf-hvd hosts: print the hosts a job would use, one HOST:SLOTS "
+                               "line each (HOST:PORT:SLOTS when the port is not the default).\n\n"
+                               "usage: caf-hvd hosts [-H SPEC,... | --hostfile FILE]\n"
+                               "  without either: the allocation this runs in (Slurm, PBS, "
+                               "LSF)\n\noptions"};
+  std::string hosts, hostfile;
+  desc.add_options()("help,h", "show this help")("hosts,H", po::value(&hosts),
+                                                 "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
+      "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines");
+  auto [args, rest] = split_command(argc, argv, desc);
+  if (!rest.empty())
+    throw usage_error("caf-hvd hosts takes no command");
+  auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (!hosts.empty() && !hostfile.empty())
+    throw usage_error("give the hosts with exactly one of -H/--hosts or --hostfile");
+  std::vector<host_spec> list;
+  std::string source;
+  try {
+    if (!hosts.empty()) {
+      list = parse_host_list(hosts);
+      source = "-H";
+    } else if (!hostfile.empty()) {
+      std::ifstream in{hostfile};
+      if (!in)
+        throw usage_error(fmt::format("cannot open hostfile {}", hostfile));
+      list = parse_hostfile(in, hostfile);
+      source = "hostfile " + hostfile;
+    } else if (auto a = detect_allocation()) {
+      list = a->hosts;
+      source = a->source;
+    } else {
+      throw usage_error("no hosts: give -H or --hostfile, or run inside a Slurm, PBS or LSF "
+                        "allocation");
+    }
+  } catch (const spec_error& e) {
+    throw usage_error(e.what());
+  }
+  uint64_t total = 0;
+  for (auto& h : list) {
+    total += h.slots;
+    if (h.port == default_node_port)
+      std::cout << fmt::format("{}:{}\n", h.host, h.slots);
+    else
+      std::cout << fmt::format("{}:{}:{}\n", h.host, h.port, h.slots);
+  }
+  std::cerr << fmt::format("caf-hvd: {} hosts, {} slots, from {}\n", list.size(), total, source);
+  return 0;
+}
+
 // caf-hvd timeline EVENTS -o OUT: draws an event log (--events) as a page or a trace.
 int run_timeline(int argc, char** argv) {
   po::options_description desc{"caf-hvd timeline: draw a job's event log.\n\n"
@@ -941,6 +1019,7 @@ void print_usage(std::ostream& os) {
      << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--bind ADDR]\n"
      << "  caf-hvd cluster init [DIR]                          create a cluster's credentials\n"
      << "  caf-hvd timeline EVENTS -o OUT.html|OUT.json        draw a job's event log\n"
+     << "  caf-hvd hosts [-H SPEC | --hostfile FILE]           the hosts a job would use\n"
      << "  caf-hvd --version\n\n"
      << "Run 'caf-hvd SUBCOMMAND --help' for the options of each.\n";
 }
@@ -974,6 +1053,8 @@ int main(int argc, char** argv) {
       return run_cluster(argc, argv);
     if (sub == "timeline")
       return run_timeline(argc, argv);
+    if (sub == "hosts")
+      return run_hosts(argc, argv);
     std::cerr << fmt::format("caf-hvd: unknown subcommand '{}'\n\n", sub);
     print_usage(std::cerr);
     return 2;

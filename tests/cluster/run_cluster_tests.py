@@ -538,6 +538,38 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             h, lr = divmod(r, 4)
             self.assertEqual(got[r], [f"{r} 64 {lr} 4 {h} 16 q{h:02d} {r} {lr} {h}"], r)
 
+    def test_hosts_from_a_slurm_allocation(self):
+        # Two agents at the default port on two loopback addresses stand for two nodes
+        # of a Slurm allocation; the driver gets no -H.
+        default_port = 24780
+        for addr in ("127.0.0.1", "127.0.0.2"):
+            with socket.socket() as s:
+                try:
+                    s.bind((addr, default_port))
+                except OSError:
+                    self.skipTest(f"{addr}:{default_port} is taken on this machine")
+        for i, addr in enumerate(("127.0.0.1", "127.0.0.2")):
+            p = self.c.start(["node", "--name", f"slurm{i + 1}", "--bind", addr])
+            line = p.stdout.readline()
+            self.assertIn("listening", line)
+        env = dict(os.environ, SLURM_JOB_ID="77", SLURM_JOB_NODELIST="127.0.0.[1-2]",
+                   SLURM_TASKS_PER_NODE="2(x2)")
+        rc, out, _ = self.c.run(["hosts"], env=env)
+        self.assertEqual(rc, 0)
+        self.assertEqual(out, "127.0.0.1:2\n127.0.0.2:2\n")
+        rc, out, err = self.c.run(["driver", "--quiet", "--", "sh", "-c",
+                                   "echo $HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME"], env=env)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("caf-hvd: 2 hosts from Slurm job 77 (SLURM_JOB_NODELIST) (4 slots)", err)
+        got = {r: lines[0] for r, lines in rank_lines(out).items()}
+        self.assertEqual(got, {0: "0 4 slurm1", 1: "1 4 slurm1", 2: "2 4 slurm2",
+                               3: "3 4 slurm2"})
+        # an allocation that does not parse is refused before anything starts
+        env["SLURM_JOB_NODELIST"] = "127.0.0.[1-2"
+        rc, out, err = self.c.run(["driver", "--", "true"], env=env)
+        self.assertEqual(rc, 2)
+        self.assertIn("hostlist '127.0.0.[1-2': '[' without ']'", err)
+
     def test_descriptor_limit_raised_for_caf_hvd_not_for_its_ranks(self):
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
