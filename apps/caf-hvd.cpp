@@ -33,6 +33,7 @@
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
+#include "runtime/ssh_launch.hpp"
 
 extern char** environ;
 
@@ -258,7 +259,10 @@ int run_node(int argc, char** argv) {
       "(NVML, else nvidia-smi -L)")(
       "bind", po::value(&bind), "address to listen on; default: every interface")(
       "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
-      "insecure", "admit any driver without TLS (trusted networks only)");
+      "insecure", "admit any driver without TLS (trusted networks only)")(
+      "exit-on-stdin-eof",
+      "stop (as on SIGTERM) when stdin ends: an agent started over ssh for one job ends "
+      "with the session that started it");
   auto [args, rest] = split_command(argc, argv, desc);
   if (!rest.empty())
     throw usage_error("caf-hvd node takes no command");
@@ -324,6 +328,20 @@ int run_node(int argc, char** argv) {
                              bind.empty() ? "*" : bind, *opened,
                              creds ? "mutual TLS, cluster " + creds->dir : "INSECURE")
               << std::flush;
+    if (vm.count("exit-on-stdin-eof")) {
+      std::thread{[name] {
+        char buf[256];
+        while (true) {
+          auto n = ::read(0, buf, sizeof(buf));
+          if (n == 0 || (n < 0 && errno != EINTR))
+            break;
+        }
+        std::cerr << fmt::format("caf-hvd node '{}': stdin ended (the session that started it "
+                                 "is gone)\n",
+                                 name);
+        ::kill(::getpid(), SIGHUP);
+      }}.detach();
+    }
     auto set = termination_signals();
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {
@@ -375,6 +393,10 @@ struct job_options {
   // executor mode
   int executor_fd = -1;
   double max_frame_mb = 256;
+  // agents over ssh
+  std::string launcher = "none", ssh_identity, agent_path, ssh_command = "ssh";
+  int ssh_port = 0;
+  std::vector<std::string> ssh_options;
 
   job_options(const std::string& title, bool with_hosts) : desc{title}, visible{title} {
     po::options_description job{"the job"}, hosts_opts{"hosts"}, elastic{"elastic jobs"},
@@ -397,6 +419,20 @@ struct job_options {
                                           "localhost:4; -np defaults to the slots)")(
         "hostfile", po::value(&hostfile),
         with_hosts ? "file of 'HOST[:PORT] slots=N' lines" : "a hostfile naming this machine only");
+    if (with_hosts)
+      hosts_opts.add_options()(
+          "launcher", po::value(&launcher)->default_value("none"),
+          "none|ssh: ssh starts a node agent on every host for this job (and stops it at "
+          "the end); none: agents are already running")(
+          "ssh-port,p", po::value(&ssh_port), "--launcher ssh: the hosts' ssh port (horovodrun)")(
+          "ssh-identity-file,i", po::value(&ssh_identity),
+          "--launcher ssh: the private key to log in with (horovodrun)")(
+          "ssh-option", po::value(&ssh_options)->composing(),
+          "--launcher ssh: an ssh -o OPTION (repeatable)")(
+          "agent-path", po::value(&agent_path),
+          "--launcher ssh: caf-hvd on the hosts (default: this binary's path)")(
+          "ssh-command", po::value(&ssh_command)->default_value("ssh"),
+          "--launcher ssh: the ssh client to run");
     if (with_hosts)
       hosts_opts.add_options()("cluster-dir", po::value(&cluster),
                                "the cluster's credentials (see 'caf-hvd cluster init')")(
@@ -467,9 +503,7 @@ struct job_options {
         "cache-capacity", po::value(&cache_capacity),
         "sets HOROVOD_CACHE_CAPACITY (horovodrun)")("gloo", "accepted: Gloo is the controller")(
         "disable-cache", "accepted: caf-hvd caches nothing between jobs")(
-        "ssh-port,p", po::value<int>(), "not supported: start `caf-hvd node` on each host")(
-        "ssh-identity-file,i", po::value<std::string>(),
-        "not supported: start `caf-hvd node` on each host")("mpi", "not supported: Gloo only")(
+        "mpi", "not supported: Gloo only")(
         "jsrun", "not supported: Gloo only");
     if (!with_hosts)
       compat.add_options()("nproc-per-node", po::value(&np), "= -np (torchrun)")(
@@ -595,6 +629,53 @@ int local_slots(const job_options& o, std::optional<int> np) {
   return np ? *np : static_cast<int>(total);
 }
 
+// --launcher ssh: an agent on every host that gets ranks, unless one already answers at
+// the host's port; all sessions at once (64 at a time), every failure named.
+int start_agents_over_ssh(const job_options& o, job_config& job,
+                          const std::optional<cluster_credentials>& creds,
+                          std::unique_ptr<ssh_agents>& agents) {
+  ssh_options so;
+  so.ssh = o.ssh_command;
+  so.port = o.ssh_port;
+  so.identity = o.ssh_identity;
+  so.extra = o.ssh_options;
+  so.agent_path = o.agent_path.empty() ? executable_dir() + "/caf-hvd" : o.agent_path;
+  so.cluster_dir = creds ? creds->dir : std::string{};
+  so.shim = shim_path();
+  so.timeout = job.start_timeout;
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  for (size_t i = 0; i < job.addresses.size(); ++i)
+    endpoints.emplace_back(job.addresses[i], job.hosts[i].port);
+  auto answering = check_tcp_reachable(endpoints, std::chrono::milliseconds(1000));
+  std::vector<ssh_host> wanted;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < job.addresses.size(); ++i) {
+    if (answering[i].empty())
+      continue; // an agent is there already: reused
+    auto host = job.hosts[i].host;
+    auto name = host.substr(host.find('@') == std::string::npos ? 0 : host.find('@') + 1);
+    wanted.push_back({host, name, job.addresses[i]});
+    which.push_back(i);
+  }
+  if (wanted.empty())
+    return 0;
+  std::vector<ssh_result> results;
+  agents = std::make_unique<ssh_agents>(so, wanted, results);
+  std::string report;
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    if (results[k].port == 0)
+      report += fmt::format("\n  host {}: {}", wanted[k].host, results[k].error);
+    else
+      job.hosts[which[k]].port = results[k].port;
+  }
+  if (!report.empty()) {
+    std::cerr << "caf-hvd: error: cannot start node agents over ssh:" << report << "\n";
+    agents.reset();
+    return 1;
+  }
+  return 0;
+}
+
 int run_job(int argc, char** argv, bool embedded) {
   auto title = embedded ? std::string{"caf-hvd run: run a whole job on this machine.\n\n"
                                       "usage: caf-hvd run -np N [options] [--] COMMAND [ARGS...]\n"
@@ -636,11 +717,18 @@ int run_job(int argc, char** argv, bool embedded) {
   }
   if (o.command.empty())
     throw usage_error("no command given, e.g. caf-hvd run -np 2 hostname");
-  for (auto flag : {"ssh-port", "ssh-identity-file"})
-    if (vm.count(flag))
-      throw usage_error(fmt::format("--{} is not supported: caf-hvd does not start node agents "
-                                    "over ssh; start `caf-hvd node` on each host",
+  if (o.launcher != "none" && o.launcher != "ssh")
+    throw usage_error(fmt::format("--launcher '{}': expected none or ssh (slurm: not yet; start "
+                                  "the agents with srun)",
+                                  o.launcher));
+  for (auto flag : {"ssh-port", "ssh-identity-file", "ssh-option", "agent-path"})
+    if (vm.count(flag) && o.launcher != "ssh")
+      throw usage_error(fmt::format("--{} belongs to --launcher ssh (caf-hvd starts no agents "
+                                    "otherwise: start `caf-hvd node` on each host)",
                                     flag));
+  if (o.launcher == "ssh" && vm.count("host-discovery-script"))
+    throw usage_error("--launcher ssh starts agents for a fixed host list; an elastic job's "
+                      "hosts need running agents");
   for (auto flag : {"mpi", "jsrun"})
     if (vm.count(flag))
       throw usage_error(fmt::format("--{} is not supported: caf-hvd runs Gloo jobs only", flag));
@@ -845,6 +933,11 @@ int run_job(int argc, char** argv, bool embedded) {
     creds = credentials_for(vm, o.cluster, "driver");
     job.tls = creds.has_value();
   }
+  std::unique_ptr<ssh_agents> agents;
+  if (o.launcher == "ssh") {
+    if (auto rc = start_agents_over_ssh(o, job, creds, agents); rc != 0)
+      return rc;
+  }
   if (!embedded && !elastic) {
     // Every node agent must accept TCP before CAF connects (see check_tcp_reachable).
     std::vector<std::pair<std::string, uint16_t>> endpoints;
@@ -906,6 +999,7 @@ int run_job(int argc, char** argv, bool embedded) {
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
   flush_output(); // every line the ranks wrote, however slowly stdout drains
+  agents.reset(); // agents started for this job end with their ssh sessions
   exit_watchdog(result->exit_code);
   if (cfg.node->guardian)
     caf::anon_send(cfg.node->guardian, shutdown_atom::value);

@@ -178,7 +178,10 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (spec.stdin_fd >= 0)
+    posix_spawn_file_actions_adddup2(&fa, spec.stdin_fd, 0);
+  else
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
   posix_spawn_file_actions_adddup2(&fa, status_pipe[1], 3);

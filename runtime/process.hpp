@@ -67,6 +67,7 @@ struct process_spec {
   std::vector<std::string> env;  // complete environment, KEY=VALUE
   std::string cwd;               // working directory ("" = inherit)
   int channel_fd = -1;           // executor mode: becomes the command's descriptor 4
+  int stdin_fd = -1;             // the command's stdin (default: /dev/null)
 };
 
 /// The descriptor number under which an executor's rank process finds its channel.

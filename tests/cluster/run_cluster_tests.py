@@ -570,6 +570,76 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         self.assertEqual(rc, 2)
         self.assertIn("hostlist '127.0.0.[1-2': '[' without ']'", err)
 
+    def fake_ssh(self):
+        """An ssh stand-in that runs the remote command here (loopback addresses as hosts),
+        logs each host it is asked for, and fails like a host whose sshd is down for
+        127.0.0.3."""
+        d = tempfile.mkdtemp(prefix="caf-hvd-ssh-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "ssh")
+        log = os.path.join(d, "log")
+        with open(path, "w") as f:
+            f.write(f"""#!/bin/sh
+while [ $# -gt 0 ]; do
+  case "$1" in -o|-p|-i) shift 2 ;; -*) shift ;; *) break ;; esac
+done
+host=$1; shift
+echo "$host" >> {log}
+if [ "$host" = 127.0.0.3 ]; then
+  echo "ssh: connect to host $host port 22: Connection refused" >&2; exit 255
+fi
+exec sh -c "$*"
+""")
+        os.chmod(path, 0o755)
+        return path, log
+
+    def test_agents_over_ssh_for_one_job(self):
+        ssh, log = self.fake_ssh()
+        show = ["sh", "-c", "echo $HOROVOD_RANK $HOROVOD_HOSTNAME"]
+        base = ["driver", "--launcher", "ssh", "--ssh-command", ssh, "--quiet"]
+        rc, out, err = self.c.run(base + ["-H", "127.0.0.1:2,127.0.0.2:2", "-np", "4", "--",
+                                          *show])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual({r: l[0] for r, l in rank_lines(out).items()},
+                         {0: "0 127.0.0.1", 1: "1 127.0.0.1", 2: "2 127.0.0.2",
+                          3: "3 127.0.0.2"})
+        wait_until(lambda: not pids_matching("--exit-on-stdin-eof"), 10,
+                   "the job's agents to end with it")
+        # a host whose sshd is down: named with ssh's own error, nothing left running
+        rc, out, err = self.c.run(base + ["-H", "127.0.0.1:1,127.0.0.3:1", "-np", "2", "--",
+                                          "true"])
+        self.assertEqual(rc, 1)
+        self.assertIn("cannot start node agents over ssh:\n  host 127.0.0.3: ", err)
+        self.assertIn("ssh: connect to host 127.0.0.3 port 22: Connection refused", err)
+        self.assertEqual(rank_lines(out), {})
+        wait_until(lambda: not pids_matching("--exit-on-stdin-eof"), 10, "no agent left")
+        # an agent that already answers at the host's port is used, not started again
+        port = self.c.node("already")
+        os.remove(log)
+        rc, out, err = self.c.run(base + ["-H", f"127.0.0.1:{port}:1,127.0.0.2:1", "-np", "2",
+                                          "--", *show])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(open(log).read().split(), ["127.0.0.2"])
+        self.assertEqual(sorted(l[0] for l in rank_lines(out).values()),
+                         ["0 already", "1 127.0.0.2"])
+
+    def test_agents_over_ssh_end_with_a_killed_driver(self):
+        ssh, _ = self.fake_ssh()
+        p = self.c.start(["driver", "--launcher", "ssh", "--ssh-command", ssh, "-H",
+                          "127.0.0.1:1,127.0.0.2:1", "-np", "2", "--", "sh", "-c",
+                          "echo up; exec sleep 300"])
+        seen = 0
+        while seen < 2:
+            line = p.stdout.readline()
+            self.assertTrue(line, "the job ended early")
+            seen += "up" in line
+        agents = pids_matching("--exit-on-stdin-eof")
+        self.assertGreaterEqual(len(agents), 2)  # agents, with their ssh sessions
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        wait_until(lambda: not pids_matching("--exit-on-stdin-eof"), 10, "the agents gone")
+        wait_until(lambda: not pids_matching("sleep 300"), 10, "the ranks gone")
+
     def test_descriptor_limit_raised_for_caf_hvd_not_for_its_ranks(self):
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

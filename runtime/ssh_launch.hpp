@@ -1,0 +1,66 @@
+// Node agents for one job over ssh: `ssh HOST caf-hvd node --port 0 ...` on every host
+// at once (bounded), each agent's port read from its first line, ssh's own error named
+// for every host that fails. The agents end with their ssh sessions: when this object
+// closes their stdin, or when the driver dies (caf-hvd-exec kills the ssh client).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cafhvd {
+
+struct ssh_options {
+  std::string ssh = "ssh";               // the client (tests put a stand-in here)
+  int port = 0;                          // -p (0: ssh's default)
+  std::string identity;                  // -i
+  std::vector<std::string> extra;        // -o OPTION each
+  std::string agent_path;                // caf-hvd on the hosts
+  std::string cluster_dir;               // --cluster-dir for the agents ("" = insecure)
+  std::string shim;                      // caf-hvd-exec (ties ssh to this process)
+  std::chrono::milliseconds timeout{30000};
+  size_t parallel = 64;                  // sessions opened at once
+};
+
+struct ssh_host {
+  std::string host;  // as ssh reaches it
+  std::string name;  // --name of its agent
+  std::string bind;  // address the agent listens on
+};
+
+/// What became of one host: the agent's port, or why there is none.
+struct ssh_result {
+  uint16_t port = 0;
+  std::string error;
+};
+
+/// Quotes `arg` for a POSIX shell (ssh runs the remote command through one).
+std::string shell_quote(const std::string& arg);
+
+/// The remote command line of one agent.
+std::string agent_command(const ssh_options& o, const ssh_host& h);
+
+/// Parses an agent's first line ("caf-hvd node 'N' listening on ADDR:PORT (...)"); 0 if it
+/// is not that line.
+uint16_t parse_listening_port(const std::string& line);
+
+class ssh_agents {
+public:
+  /// Starts an agent on every host; returns when each printed its port, failed, or the
+  /// timeout passed. results[i] belongs to hosts[i].
+  ssh_agents(const ssh_options& o, const std::vector<ssh_host>& hosts,
+             std::vector<ssh_result>& results);
+  /// Ends every session (stdin closes: the agents stop their ranks and exit), waits for
+  /// the ssh clients up to `grace`, then kills them.
+  ~ssh_agents();
+  ssh_agents(const ssh_agents&) = delete;
+  ssh_agents& operator=(const ssh_agents&) = delete;
+
+private:
+  struct session;
+  std::vector<std::shared_ptr<session>> sessions_;
+};
+
+} // namespace cafhvd
