@@ -506,6 +506,11 @@ struct job_options {
         "mpi", "not supported: Gloo only")(
         "jsrun", "not supported: Gloo only");
     if (!with_hosts)
+      compat.add_options()("ssh-port,p", po::value(&ssh_port),
+                           "not for run (this machine only): caf-hvd driver --launcher ssh")(
+          "ssh-identity-file,i", po::value(&ssh_identity),
+          "not for run (this machine only): caf-hvd driver --launcher ssh");
+    if (!with_hosts)
       compat.add_options()("nproc-per-node", po::value(&np), "= -np (torchrun)")(
           "nproc_per_node", po::value(&np), "= -np (torchrun)");
     hidden.add_options()("command", po::value(&command)->composing(), "the command to run");
@@ -721,6 +726,12 @@ int run_job(int argc, char** argv, bool embedded) {
     throw usage_error(fmt::format("--launcher '{}': expected none or ssh (slurm: not yet; start "
                                   "the agents with srun)",
                                   o.launcher));
+  for (auto flag : {"ssh-port", "ssh-identity-file"})
+    if (embedded && vm.count(flag))
+      throw usage_error(fmt::format("--{} is not supported by caf-hvd run, which runs on this "
+                                    "machine only; caf-hvd driver --launcher ssh starts node "
+                                    "agents over ssh (or start `caf-hvd node` on each host)",
+                                    flag));
   for (auto flag : {"ssh-port", "ssh-identity-file", "ssh-option", "agent-path"})
     if (vm.count(flag) && o.launcher != "ssh")
       throw usage_error(fmt::format("--{} belongs to --launcher ssh (caf-hvd starts no agents "
@@ -935,6 +946,9 @@ int run_job(int argc, char** argv, bool embedded) {
   }
   std::unique_ptr<ssh_agents> agents;
   if (o.launcher == "ssh") {
+    // before the sessions' reader threads exist: they inherit the mask, and a SIGINT
+    // that one of them took would end the driver without stopping anything
+    block_termination_signals();
     if (auto rc = start_agents_over_ssh(o, job, creds, agents); rc != 0)
       return rc;
   }

@@ -731,7 +731,12 @@ exec sh -c "$*"
         self.assert_fails(["run", "-H", "localhost:2", "-np", "3", "true"], 2,
                           "-np 3 exceeds the 2 slots given")
         self.assert_fails(["run", "-np", "1", "-p", "22", "true"], 2,
-                          "--ssh-port is not supported", "start `caf-hvd node` on each host")
+                          "--ssh-port is not supported by caf-hvd run",
+                          "caf-hvd driver --launcher ssh")
+        self.assert_fails(["driver", "-np", "1", "-H", "h1:1", "-i", "key", "true"], 2,
+                          "--ssh-identity-file belongs to --launcher ssh")
+        self.assert_fails(["driver", "-np", "1", "-H", "h1:1", "--launcher", "rsh", "true"], 2,
+                          "--launcher 'rsh': expected none or ssh")
         self.assert_fails(["run", "-np", "1", "--mpi", "true"], 2, "--mpi is not supported")
         self.assert_fails(["run", "-np", "1", "--log-level", "LOUD", "true"], 2,
                           "--log-level 'LOUD': expected one of")

@@ -200,6 +200,154 @@ class MultiHostTest(unittest.TestCase):
             self.assertIn("weights identical on all ranks", lines[r][0])
 
 
+SSHD = "/usr/sbin/sshd"
+
+
+def ssh_ready():
+    """None when sshd and ssh can run the ssh tests here, else why not. Installs Debian's
+    openssh-server when it is missing (as root)."""
+    if WHY_NOT:
+        return WHY_NOT
+    if not (os.path.exists(SSHD) and shutil.which("ssh") and shutil.which("ssh-keygen")):
+        r = subprocess.run(["sh", "-c", "apt-get install -y -qq openssh-server openssh-client "
+                            ">/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq "
+                            "openssh-server openssh-client >/dev/null 2>&1)"],
+                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        if r.returncode != 0 or not os.path.exists(SSHD):
+            return "the ssh tests need Debian's openssh-server, which could not be installed"
+    return None
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class SshLauncherTest(unittest.TestCase):
+    """Agents started over ssh on network-namespace hosts, each running Debian's sshd with
+    a key made for the test (root login by key only)."""
+
+    @classmethod
+    def setUpClass(cls):
+        why = ssh_ready()
+        if why:
+            raise unittest.SkipTest(why)
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="caf-hvd-sshd-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+        self.key = os.path.join(self.dir, "id")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", self.key], check=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                        os.path.join(self.dir, "host_key")], check=True)
+        shutil.copy(self.key + ".pub", os.path.join(self.dir, "authorized_keys"))
+        self.sshd = {}
+
+    def start_sshd(self, h, i):
+        host = h.hosts[i]
+        conf = os.path.join(self.dir, f"sshd_{i}.conf")
+        with open(conf, "w") as f:
+            f.write(f"""Port 22
+ListenAddress {host['good_addr']}
+HostKey {self.dir}/host_key
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+AuthorizedKeysFile {self.dir}/authorized_keys
+StrictModes no
+PidFile none
+""")
+        p = subprocess.Popen(["ip", "netns", "exec", host["ns"], "unshare", "--uts", "sh", "-c",
+                              f'hostname {host["name"]} && exec {SSHD} -D -e -f {conf}'],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        h.procs.append(p)
+        self.sshd[i] = p
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # listening once a TCP connect succeeds
+            r = subprocess.run(["ip", "netns", "exec", host["ns"], "bash", "-c",
+                                f"exec 3<>/dev/tcp/{host['good_addr']}/22"], capture_output=True)
+            if r.returncode == 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"sshd on {host['name']} did not listen")
+
+    def hosts(self, count):
+        h = netns.Hosts(count)
+        self.addCleanup(h.close)
+        for i in range(count):
+            self.start_sshd(h, i)
+        return h
+
+    def ssh_args(self):
+        return ["--launcher", "ssh", "-i", self.key,
+                "--ssh-option", f"UserKnownHostsFile={self.dir}/known_hosts"]
+
+    def only_sshd_left(self, h):
+        """True when nothing but sshd runs in any host namespace."""
+        for host in h.hosts:
+            for pid in netns.sh("ip", "netns", "pids", host["ns"], check=False).stdout.split():
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        if f.read().strip() != "sshd":
+                            return False
+                except OSError:
+                    pass
+        return True
+
+    def wait_only_sshd(self, h, what):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.only_sshd_left(h):
+                return
+            time.sleep(0.1)
+        self.fail(f"processes left on the hosts after {what}")
+
+    def test_three_hosts_over_ssh_with_nic_checks(self):
+        h = self.hosts(3)
+        spec = ",".join(f"{x['good_addr']}:{s}" for x, s in zip(h.hosts, [2, 1, 1]))
+        rc, out, err = h.run(0, [CAF_HVD, "driver", *self.ssh_args(), "-np", "4", "-H", spec,
+                                 "--", ALLREDUCE, "--sizes", "4K"])
+        self.assertEqual(rc, 0, err)
+        lines = rank_lines(out)
+        self.assertIn("caf-hvd-allreduce: all sums correct", lines[0][-1])
+        for r, hi in enumerate([0, 0, 1, 2]):
+            host = h.hosts[hi]
+            self.assertIn(f"iface {host['good']},", lines[r][0])
+            self.assertIn(f"rendezvous {h.hosts[0]['good_addr']}:", lines[r][0])
+        self.wait_only_sshd(h, "the job")
+
+    def test_a_host_whose_sshd_is_down(self):
+        h = self.hosts(2)
+        os.killpg(self.sshd[1].pid, signal.SIGKILL)
+        self.sshd[1].wait()
+        spec = ",".join(f"{x['good_addr']}:1" for x in h.hosts)
+        rc, out, err = h.run(0, [CAF_HVD, "driver", *self.ssh_args(), "-np", "2", "-H", spec,
+                                 "--", "true"])
+        self.assertEqual(rc, 1)
+        self.assertIn(f"host {h.hosts[1]['good_addr']}: ssh ended with exit code 255", err)
+        self.assertIn("Connection refused", err)
+        self.wait_only_sshd(h, "the refused start")
+
+    def test_ctrl_c_and_driver_sigkill_leave_nothing_on_any_host(self):
+        h = self.hosts(2)
+        spec = ",".join(f"{x['good_addr']}:1" for x in h.hosts)
+        for sig, code in ((signal.SIGINT, 130), (signal.SIGKILL, -9)):
+            p = subprocess.Popen(["ip", "netns", "exec", h.hosts[0]["ns"], CAF_HVD, "driver",
+                                  *self.ssh_args(), "-np", "2", "-H", spec, "--", "sh", "-c",
+                                  "echo up; exec sleep 300"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+            h.procs.append(p)
+            seen = 0
+            while seen < 2:
+                line = p.stdout.readline()
+                self.assertTrue(line, p.stderr.read() if p.poll() is not None else "no output")
+                seen += "up" in line
+            os.kill(p.pid, sig)
+            self.assertEqual(p.wait(timeout=30), code)
+            self.wait_only_sshd(h, f"signal {sig}")
+
+
 def leftover_namespaces():
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return f"namespaces left behind: {left}" if not WHY_NOT and "chv" in left else None
@@ -208,4 +356,6 @@ def leftover_namespaces():
 if __name__ == "__main__":
     if WHY_NOT:
         print(f"multi-host tests skipped: {WHY_NOT}")
-    sys.exit(run_suite(MultiHostTest, sys.argv[1:], leftover_namespaces))
+    code = run_suite(MultiHostTest, sys.argv[1:])
+    code |= run_suite(SshLauncherTest, sys.argv[1:], leftover_namespaces)
+    sys.exit(code)
