@@ -9,6 +9,7 @@
 #include <optional>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 #include <netdb.h>
 #include <arpa/inet.h>
@@ -394,7 +395,8 @@ struct job_options {
   int executor_fd = -1;
   double max_frame_mb = 256;
   // agents over ssh
-  std::string launcher = "none", ssh_identity, agent_path, ssh_command = "ssh";
+  std::string launcher = "none", ssh_identity, agent_path, ssh_command = "ssh",
+              srun_command = "srun";
   int ssh_port = 0;
   std::vector<std::string> ssh_options;
 
@@ -422,8 +424,9 @@ struct job_options {
     if (with_hosts)
       hosts_opts.add_options()(
           "launcher", po::value(&launcher)->default_value("none"),
-          "none|ssh: ssh starts a node agent on every host for this job (and stops it at "
-          "the end); none: agents are already running")(
+          "none|ssh|slurm: start a node agent on every host for this job and stop it at "
+          "the end (ssh: one session per host; slurm: one srun step over the allocation); "
+          "none: agents are already running")(
           "ssh-port,p", po::value(&ssh_port), "--launcher ssh: the hosts' ssh port (horovodrun)")(
           "ssh-identity-file,i", po::value(&ssh_identity),
           "--launcher ssh: the private key to log in with (horovodrun)")(
@@ -432,7 +435,9 @@ struct job_options {
           "agent-path", po::value(&agent_path),
           "--launcher ssh: caf-hvd on the hosts (default: this binary's path)")(
           "ssh-command", po::value(&ssh_command)->default_value("ssh"),
-          "--launcher ssh: the ssh client to run");
+          "--launcher ssh: the ssh client to run")(
+          "srun-command", po::value(&srun_command)->default_value("srun"),
+          "--launcher slurm: the srun to run");
     if (with_hosts)
       hosts_opts.add_options()("cluster-dir", po::value(&cluster),
                                "the cluster's credentials (see 'caf-hvd cluster init')")(
@@ -634,6 +639,24 @@ int local_slots(const job_options& o, std::optional<int> np) {
   return np ? *np : static_cast<int>(total);
 }
 
+// A Slurm node's address as Slurm knows it (NodeAddr, `sinfo -N -o "%N %o"`), else DNS.
+std::string slurm_node_address(const std::string& node) {
+  auto cmd = fmt::format("sinfo -h -N -n {} -o '%N %o' 2>/dev/null", shell_quote(node));
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    std::string out;
+    while (std::fgets(buf, sizeof(buf), p))
+      out += buf;
+    ::pclose(p);
+    std::istringstream in{out};
+    std::string name, addr;
+    while (in >> name >> addr)
+      if (name == node && addr != "(null)")
+        return resolve_or_fail(addr);
+  }
+  return resolve_or_fail(node);
+}
+
 // --launcher ssh: an agent on every host that gets ranks, unless one already answers at
 // the host's port; all sessions at once (64 at a time), every failure named.
 int start_agents_over_ssh(const job_options& o, job_config& job,
@@ -722,10 +745,15 @@ int run_job(int argc, char** argv, bool embedded) {
   }
   if (o.command.empty())
     throw usage_error("no command given, e.g. caf-hvd run -np 2 hostname");
-  if (o.launcher != "none" && o.launcher != "ssh")
-    throw usage_error(fmt::format("--launcher '{}': expected none or ssh (slurm: not yet; start "
-                                  "the agents with srun)",
-                                  o.launcher));
+  if (o.launcher != "none" && o.launcher != "ssh" && o.launcher != "slurm")
+    throw usage_error(
+        fmt::format("--launcher '{}': expected none, ssh or slurm", o.launcher));
+  if (o.launcher == "slurm" && (!o.hosts.empty() || !o.hostfile.empty()))
+    throw usage_error("--launcher slurm takes the hosts of the Slurm allocation it runs in; "
+                      "leave out -H/--hostfile");
+  if (o.launcher == "slurm" && vm.count("host-discovery-script"))
+    throw usage_error("--launcher slurm starts agents for the allocation's hosts; an elastic "
+                      "job's hosts need running agents");
   for (auto flag : {"ssh-port", "ssh-identity-file"})
     if (embedded && vm.count(flag))
       throw usage_error(fmt::format("--{} is not supported by caf-hvd run, which runs on this "
@@ -848,6 +876,9 @@ int run_job(int argc, char** argv, bool embedded) {
       throw usage_error(e.what());
     }
   }
+  if (o.launcher == "slurm" && (!alloc || alloc->source.rfind("Slurm", 0) != 0))
+    throw usage_error("--launcher slurm runs inside a Slurm allocation (salloc, sbatch): "
+                      "SLURM_JOB_ID is not set");
   if (!elastic && !np_given(vm) && !alloc
       && !(embedded && (!o.hosts.empty() || !o.hostfile.empty())))
     throw usage_error("-np is required: the number of ranks");
@@ -908,7 +939,8 @@ int run_job(int argc, char** argv, bool embedded) {
     for (auto& h : job.hosts) {
       if (need <= 0)
         break;
-      job.addresses.push_back(resolve_or_fail(h.host));
+      job.addresses.push_back(o.launcher == "slurm" ? slurm_node_address(h.host)
+                                                    : resolve_or_fail(h.host));
       need -= h.slots;
     }
   }
@@ -943,6 +975,30 @@ int run_job(int argc, char** argv, bool embedded) {
   if (!embedded) {
     creds = credentials_for(vm, o.cluster, "driver");
     job.tls = creds.has_value();
+  }
+  std::unique_ptr<srun_agents> step;
+  if (o.launcher == "slurm") {
+    block_termination_signals(); // before the step's reader thread exists (see below)
+    ssh_options so;
+    so.ssh = o.srun_command;
+    so.agent_path = o.agent_path.empty() ? executable_dir() + "/caf-hvd" : o.agent_path;
+    so.cluster_dir = creds ? creds->dir : std::string{};
+    so.shim = shim_path();
+    so.timeout = job.start_timeout;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < job.addresses.size(); ++i)
+      names.push_back(job.hosts[i].host);
+    std::vector<uint16_t> ports;
+    std::string error;
+    step = std::make_unique<srun_agents>(so, names, ports, error);
+    if (!error.empty()) {
+      std::cerr << fmt::format("caf-hvd: error: cannot start node agents with {}: {}\n",
+                               o.srun_command, error);
+      step.reset();
+      return 1;
+    }
+    for (size_t i = 0; i < ports.size(); ++i)
+      job.hosts[i].port = ports[i];
   }
   std::unique_ptr<ssh_agents> agents;
   if (o.launcher == "ssh") {
@@ -1014,6 +1070,7 @@ int run_job(int argc, char** argv, bool embedded) {
   signals.join();
   flush_output(); // every line the ranks wrote, however slowly stdout drains
   agents.reset(); // agents started for this job end with their ssh sessions
+  step.reset();   // ... or with their srun step
   exit_watchdog(result->exit_code);
   if (cfg.node->guardian)
     caf::anon_send(cfg.node->guardian, shutdown_atom::value);

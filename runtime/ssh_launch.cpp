@@ -11,7 +11,10 @@
 #include <thread>
 #include <unistd.h>
 
+#include <map>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "runtime/env.hpp"
 #include "runtime/process.hpp"
@@ -198,6 +201,126 @@ ssh_agents::~ssh_agents() {
     s->cv.wait_until(g, until, [&] { return s->ended; });
   }
   sessions_.clear(); // child_process destructors kill what is left
+}
+
+std::pair<std::string, uint16_t> parse_step_line(const std::string& line) {
+  auto at = line.find("caf-hvd node '");
+  if (at == std::string::npos)
+    return {"", 0};
+  auto rest = line.substr(at);
+  auto name_end = rest.find('\'', 14);
+  if (name_end == std::string::npos)
+    return {"", 0};
+  return {rest.substr(14, name_end - 14), parse_listening_port(rest)};
+}
+
+struct srun_agents::state {
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<std::string, uint16_t> ports;
+  std::vector<std::string> tail; // srun's last words
+  bool ended = false;
+  exit_status how;
+  int stdin_write = -1;
+  std::unique_ptr<child_process> child;
+  ~state() {
+    if (stdin_write >= 0)
+      ::close(stdin_write);
+  }
+};
+
+srun_agents::srun_agents(const ssh_options& o, const std::vector<std::string>& names,
+                         std::vector<uint16_t>& ports, std::string& error)
+    : st_(std::make_shared<state>()) {
+  ports.assign(names.size(), 0);
+  int in[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) {
+    error = fmt::format("pipe: {}", std::strerror(errno));
+    return;
+  }
+  st_->stdin_write = in[1];
+  std::string nodelist;
+  for (auto& n : names)
+    nodelist += (nodelist.empty() ? "" : ",") + n;
+  process_spec ps;
+  ps.shim = o.shim;
+  ps.argv = {o.ssh, // the srun to run
+             fmt::format("--nodes={}", names.size()), fmt::format("--ntasks={}", names.size()),
+             "--ntasks-per-node=1", "--overlap", "--input=all", "--label",
+             "--nodelist=" + nodelist, "--job-name=caf-hvd-agents", o.agent_path, "node",
+             "--port", "0", "--exit-on-stdin-eof"};
+  if (o.cluster_dir.empty()) {
+    ps.argv.push_back("--insecure");
+  } else {
+    ps.argv.push_back("--cluster-dir");
+    ps.argv.push_back(o.cluster_dir);
+  }
+  ps.env = forwardable_environment(environ);
+  ps.stdin_fd = in[0];
+  auto st = st_;
+  try {
+    st->child = std::make_unique<child_process>(
+        ps,
+        [st](stream_kind k, std::vector<std::string>&& lines) {
+          std::lock_guard g{st->m};
+          for (auto& l : lines) {
+            auto [name, port] = parse_step_line(l);
+            if (port != 0)
+              st->ports[name] = port;
+            else if (k == stream_kind::err || !l.empty()) {
+              st->tail.push_back(l);
+              if (st->tail.size() > 5)
+                st->tail.erase(st->tail.begin());
+            }
+          }
+          st->cv.notify_all();
+        },
+        [st](const exit_status& es) {
+          std::lock_guard g{st->m};
+          st->ended = true;
+          st->how = es;
+          st->cv.notify_all();
+        });
+  } catch (const std::exception& e) {
+    ::close(in[0]);
+    error = fmt::format("cannot run {}: {}", o.ssh, e.what());
+    return;
+  }
+  ::close(in[0]);
+  std::unique_lock g{st->m};
+  st->cv.wait_for(g, o.timeout, [&] { return st->ended || st->ports.size() >= names.size(); });
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = st->ports.find(names[i]);
+    if (it != st->ports.end())
+      ports[i] = it->second;
+    else
+      missing.push_back(names[i]);
+  }
+  if (!missing.empty()) {
+    std::string said;
+    for (auto& l : st->tail)
+      said += (said.empty() ? "" : " / ") + l;
+    error = fmt::format("no agent port from node{} {} ({}){}", missing.size() == 1 ? "" : "s",
+                        fmt::join(missing, ", "),
+                        st->ended ? fmt::format("{} ended with {}", o.ssh, st->how.describe())
+                                  : fmt::format("waited {} s", o.timeout.count() / 1000.0),
+                        said.empty() ? "" : ": " + said);
+  }
+}
+
+srun_agents::~srun_agents() {
+  {
+    std::lock_guard g{st_->m};
+    if (st_->stdin_write >= 0) {
+      ::close(st_->stdin_write);
+      st_->stdin_write = -1;
+    }
+  }
+  std::unique_lock g{st_->m};
+  st_->cv.wait_for(g, std::chrono::seconds(10), [&] { return st_->ended; });
+  g.unlock();
+  st_->child.reset(); // kills srun if it is still there (the step ends with it)
 }
 
 } // namespace cafhvd

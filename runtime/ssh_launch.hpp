@@ -63,4 +63,27 @@ private:
   std::vector<std::shared_ptr<session>> sessions_;
 };
 
+/// Agents for one job as one Slurm step: `srun --nodes=N --ntasks-per-node=1 --overlap
+/// --input=all --label caf-hvd node --port 0 --exit-on-stdin-eof ...`; each task's agent
+/// names itself after its node's hostname, and its port is read from the step's output.
+class srun_agents {
+public:
+  /// `names`: the allocation's nodes (their hostnames); ports[i] belongs to names[i]
+  /// (0: it did not report; `error` then says what srun said).
+  srun_agents(const ssh_options& o, const std::vector<std::string>& names,
+              std::vector<uint16_t>& ports, std::string& error);
+  /// Closes the step's stdin (every agent stops and exits), waits, then kills srun.
+  ~srun_agents();
+  srun_agents(const srun_agents&) = delete;
+  srun_agents& operator=(const srun_agents&) = delete;
+
+private:
+  struct state;
+  std::shared_ptr<state> st_;
+};
+
+/// "NAME PORT" from one line of the step's labelled output ("3: caf-hvd node 'n3'
+/// listening on *:40123 (...)"); port 0 if it is not such a line.
+std::pair<std::string, uint16_t> parse_step_line(const std::string& line);
+
 } // namespace cafhvd

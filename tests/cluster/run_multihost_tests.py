@@ -348,6 +348,146 @@ PidFile none
             self.wait_only_sshd(h, f"signal {sig}")
 
 
+SLURM_PACKAGES = ["slurmd", "slurmctld", "slurm-client", "munge"]
+
+
+def slurm_ready():
+    """None when a Slurm cluster can be built here, else why not (installs Debian's
+    Slurm 22.05 and munge when they are missing, as root)."""
+    if WHY_NOT:
+        return WHY_NOT
+    tools = ("/usr/sbin/slurmd", "/usr/sbin/slurmctld", "/usr/sbin/munged")
+    if not all(os.path.exists(t) for t in tools) or not shutil.which("salloc"):
+        cmd = " ".join(SLURM_PACKAGES)
+        r = subprocess.run(["sh", "-c", f"apt-get install -y -qq {cmd} >/dev/null 2>&1 || "
+                            f"(apt-get update -qq && apt-get install -y -qq {cmd} >/dev/null "
+                            "2>&1)"], env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        if r.returncode != 0 or not all(os.path.exists(t) for t in tools):
+            return "the Slurm tests need Debian's slurmd, slurmctld, slurm-client and munge"
+    return None
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class SlurmLauncherTest(unittest.TestCase):
+    """A real Slurm cluster (slurmctld + one slurmd per host) on network-namespace hosts;
+    `salloc -N2 caf-hvd driver --launcher slurm` starts the agents as one srun step."""
+
+    @classmethod
+    def setUpClass(cls):
+        why = slurm_ready()
+        if why:
+            raise unittest.SkipTest(why)
+        cls.munged = None
+        if not subprocess.run(["pgrep", "-x", "munged"], capture_output=True).stdout:
+            os.makedirs("/run/munge", exist_ok=True)
+            shutil.chown("/run/munge", "munge", "munge")
+            subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"], check=True)
+            cls.munged = True
+
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "munged", None):
+            subprocess.run(["pkill", "-x", "munged"])
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="caf-hvd-slurm-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.h = netns.Hosts(2)
+        self.addCleanup(self.h.close)
+        names = ["sA", "sB"]
+        d = self.dir
+        nodes = "\n".join(f"NodeName={n} NodeAddr={x['good_addr']} CPUs=2"
+                           for n, x in zip(names, self.h.hosts))
+        self.conf = os.path.join(d, "slurm.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"""ClusterName=cafhvd
+SlurmctldHost=sA({self.h.hosts[0]['good_addr']})
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/%n/spool
+SlurmdPidFile={d}/%n/slurmd.pid
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/%n/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+ReturnToService=2
+{nodes}
+PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
+        with open(os.path.join(d, "cgroup.conf"), "w") as f:
+            f.write("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
+                    "CgroupAutomount=no\n")
+        os.makedirs(os.path.join(d, "state"))
+        for n in names:
+            os.makedirs(os.path.join(d, n, "spool"))
+        self.env = dict(os.environ, SLURM_CONF=self.conf)
+
+        def daemon(i, name, cmd):
+            p = subprocess.Popen(["ip", "netns", "exec", self.h.hosts[i]["ns"], "unshare", "--uts",
+                                  "sh", "-c", f"hostname {name} && exec {cmd}"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 env=self.env, start_new_session=True)
+            self.h.procs.append(p)
+
+        daemon(0, "sA", f"/usr/sbin/slurmctld -D -i -f {self.conf}")
+        for i, n in enumerate(names):
+            daemon(i, n, f"/usr/sbin/slurmd -D -f {self.conf}")
+        deadline = time.monotonic() + 60
+        states = ""
+        while time.monotonic() < deadline:
+            states = self.in_host(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout
+            if states.count("idle") == 2:
+                return
+            time.sleep(0.5)
+        log = open(os.path.join(d, "slurmctld.log")).read()[-1500:] \
+            if os.path.exists(os.path.join(d, "slurmctld.log")) else ""
+        raise AssertionError(f"the Slurm nodes did not turn idle: {states!r}\n{log}")
+
+    def in_host(self, args, timeout=120):
+        return subprocess.run(["ip", "netns", "exec", self.h.hosts[0]["ns"], *args],
+                              capture_output=True, text=True, env=self.env, timeout=timeout)
+
+    def agents_left(self):
+        for host in self.h.hosts:
+            for pid in netns.sh("ip", "netns", "pids", host["ns"], check=False).stdout.split():
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"--exit-on-stdin-eof" in f.read():
+                            return True
+                except OSError:
+                    pass
+        return False
+
+    def test_agents_as_one_srun_step_over_the_allocation(self):
+        r = self.in_host(["salloc", "-N2", "-t", "5", CAF_HVD, "driver", "--launcher", "slurm",
+                          "--quiet", "--", "sh", "-c",
+                          "echo $HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME $(hostname)"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # CPUs=2 per node: SLURM_TASKS_PER_NODE=2(x2), so 4 ranks, 2 on each node, each
+        # rank on the node its agent named (HOROVOD_HOSTNAME == the node's hostname)
+        got = {r: l[0].split() for r, l in rank_lines(r.stdout).items()}
+        self.assertEqual(sorted(got), [0, 1, 2, 3], r.stdout + r.stderr)
+        for rank, words in got.items():
+            node = "sA" if rank < 2 else "sB"
+            self.assertEqual(words, [str(rank), "4", node, node])
+        self.assertIn("2 hosts from Slurm job", r.stderr)
+        self.assertIn("(4 slots)", r.stderr)
+        deadline = time.monotonic() + 15
+        while self.agents_left() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertFalse(self.agents_left(), "the step's agents outlived the job")
+        # outside an allocation it says what it needs
+        r = self.in_host([CAF_HVD, "driver", "--launcher", "slurm", "--", "true"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--launcher slurm runs inside a Slurm allocation", r.stderr)
+
+
 def leftover_namespaces():
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return f"namespaces left behind: {left}" if not WHY_NOT and "chv" in left else None
@@ -357,5 +497,6 @@ if __name__ == "__main__":
     if WHY_NOT:
         print(f"multi-host tests skipped: {WHY_NOT}")
     code = run_suite(MultiHostTest, sys.argv[1:])
-    code |= run_suite(SshLauncherTest, sys.argv[1:], leftover_namespaces)
+    code |= run_suite(SshLauncherTest, sys.argv[1:])
+    code |= run_suite(SlurmLauncherTest, sys.argv[1:], leftover_namespaces)
     sys.exit(code)
