@@ -14,7 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import pid_with_env, rank_envs, rank_lines, run_suite  # noqa: E402
+from harness import pid_with_env, pids_matching, rank_envs, rank_lines, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -482,6 +482,29 @@ PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         while self.agents_left() and time.monotonic() < deadline:
             time.sleep(0.1)
         self.assertFalse(self.agents_left(), "the step's agents outlived the job")
+        # a driver SIGKILLed mid-job: the step, its agents and their ranks go with it
+        p = subprocess.Popen(["ip", "netns", "exec", self.h.hosts[0]["ns"], "salloc", "-N2",
+                              "-t", "5", CAF_HVD, "driver", "--launcher", "slurm", "--", "sh",
+                              "-c", "echo up; exec sleep 300"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=self.env, start_new_session=True)
+        self.h.procs.append(p)
+        seen = 0
+        while seen < 4:
+            line = p.stdout.readline()
+            self.assertTrue(line, "the job ended early")
+            seen += "up" in line
+        driver = [pid for pid in pids_matching("--launcher slurm") if pid != p.pid]
+        drivers = [pid for pid in driver
+                   if open(f"/proc/{pid}/cmdline", "rb").read().startswith(CAF_HVD.encode())]
+        self.assertEqual(len(drivers), 1, driver)
+        os.kill(drivers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while (self.agents_left() or pids_matching("sleep 300")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertFalse(self.agents_left(), "agents outlived a SIGKILLed driver")
+        self.assertEqual(pids_matching("sleep 300"), [], "ranks outlived a SIGKILLed driver")
+        p.wait(timeout=30)
         # outside an allocation it says what it needs
         r = self.in_host([CAF_HVD, "driver", "--launcher", "slurm", "--", "true"])
         self.assertEqual(r.returncode, 2)
