@@ -201,6 +201,8 @@ class MultiHostTest(unittest.TestCase):
 
 
 SSHD = "/usr/sbin/sshd"
+SETUP = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                     "scripts", "setup-launchers.sh")
 
 
 def ssh_ready():
@@ -209,12 +211,10 @@ def ssh_ready():
     if WHY_NOT:
         return WHY_NOT
     if not (os.path.exists(SSHD) and shutil.which("ssh") and shutil.which("ssh-keygen")):
-        r = subprocess.run(["sh", "-c", "apt-get install -y -qq openssh-server openssh-client "
-                            ">/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq "
-                            "openssh-server openssh-client >/dev/null 2>&1)"],
-                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        r = subprocess.run([SETUP, "ssh"], capture_output=True, text=True)
         if r.returncode != 0 or not os.path.exists(SSHD):
-            return "the ssh tests need Debian's openssh-server, which could not be installed"
+            return ("the ssh tests need Debian's openssh-server, which scripts/setup-launchers.sh "
+                    "could not install: " + r.stderr[-300:])
     return None
 
 
@@ -348,9 +348,6 @@ PidFile none
             self.wait_only_sshd(h, f"signal {sig}")
 
 
-SLURM_PACKAGES = ["slurmd", "slurmctld", "slurm-client", "munge"]
-
-
 def slurm_ready():
     """None when a Slurm cluster can be built here, else why not (installs Debian's
     Slurm 22.05 and munge when they are missing, as root)."""
@@ -358,12 +355,10 @@ def slurm_ready():
         return WHY_NOT
     tools = ("/usr/sbin/slurmd", "/usr/sbin/slurmctld", "/usr/sbin/munged")
     if not all(os.path.exists(t) for t in tools) or not shutil.which("salloc"):
-        cmd = " ".join(SLURM_PACKAGES)
-        r = subprocess.run(["sh", "-c", f"apt-get install -y -qq {cmd} >/dev/null 2>&1 || "
-                            f"(apt-get update -qq && apt-get install -y -qq {cmd} >/dev/null "
-                            "2>&1)"], env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        r = subprocess.run([SETUP, "slurm"], capture_output=True, text=True)
         if r.returncode != 0 or not all(os.path.exists(t) for t in tools):
-            return "the Slurm tests need Debian's slurmd, slurmctld, slurm-client and munge"
+            return ("the Slurm tests need Debian's slurmd, slurmctld, slurm-client and munge, "
+                    "which scripts/setup-launchers.sh could not install: " + r.stderr[-300:])
     return None
 
 
@@ -392,9 +387,9 @@ class SlurmLauncherTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="caf-hvd-slurm-")
         self.addCleanup(shutil.rmtree, self.dir, True)
-        self.h = netns.Hosts(2)
+        self.h = netns.Hosts(3)
         self.addCleanup(self.h.close)
-        names = ["sA", "sB"]
+        names = ["sA", "sB", "sC"]
         d = self.dir
         nodes = "\n".join(f"NodeName={n} NodeAddr={x['good_addr']} CPUs=2"
                            for n, x in zip(names, self.h.hosts))
@@ -442,7 +437,7 @@ PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         states = ""
         while time.monotonic() < deadline:
             states = self.in_host(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout
-            if states.count("idle") == 2:
+            if states.count("idle") == 3:
                 return
             time.sleep(0.5)
         log = open(os.path.join(d, "slurmctld.log")).read()[-1500:] \
@@ -465,26 +460,25 @@ PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return False
 
     def test_agents_as_one_srun_step_over_the_allocation(self):
-        r = self.in_host(["salloc", "-N2", "-t", "5", CAF_HVD, "driver", "--launcher", "slurm",
-                          "--quiet", "--", "sh", "-c",
-                          "echo $HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_HOSTNAME $(hostname)"])
+        r = self.in_host(["salloc", "-N3", "--ntasks-per-node=1", "-t", "5", CAF_HVD, "driver",
+                          "--launcher", "slurm", "--", ALLREDUCE, "--sizes", "4K,64K"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        # CPUs=2 per node: SLURM_TASKS_PER_NODE=2(x2), so 4 ranks, 2 on each node, each
-        # rank on the node its agent named (HOROVOD_HOSTNAME == the node's hostname)
-        got = {r: l[0].split() for r, l in rank_lines(r.stdout).items()}
-        self.assertEqual(sorted(got), [0, 1, 2, 3], r.stdout + r.stderr)
-        for rank, words in got.items():
-            node = "sA" if rank < 2 else "sB"
-            self.assertEqual(words, [str(rank), "4", node, node])
-        self.assertIn("2 hosts from Slurm job", r.stderr)
-        self.assertIn("(4 slots)", r.stderr)
+        lines = rank_lines(r.stdout)
+        self.assertEqual(sorted(lines), [0, 1, 2], r.stdout + r.stderr)
+        self.assertIn("caf-hvd-allreduce: all sums correct (2 sizes x global/local/cross)",
+                      lines[0][-1])
+        for rank, node in enumerate(["sA", "sB", "sC"]):
+            self.assertIn(f"on {node}:", lines[rank][0])  # the agent named after its node
+        self.assertIn("3 hosts from Slurm job", r.stderr)
+        self.assertIn("Relinquishing job allocation", r.stderr)
         deadline = time.monotonic() + 15
         while self.agents_left() and time.monotonic() < deadline:
             time.sleep(0.1)
         self.assertFalse(self.agents_left(), "the step's agents outlived the job")
         # a driver SIGKILLed mid-job: the step, its agents and their ranks go with it
         p = subprocess.Popen(["ip", "netns", "exec", self.h.hosts[0]["ns"], "salloc", "-N2",
-                              "-t", "5", CAF_HVD, "driver", "--launcher", "slurm", "--", "sh",
+                              "--ntasks-per-node=2", "-t", "5", CAF_HVD, "driver", "--launcher",
+                              "slurm", "--", "sh",
                               "-c", "echo up; exec sleep 300"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=self.env, start_new_session=True)
