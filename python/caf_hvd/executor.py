@@ -181,7 +181,18 @@ class _Job:
                 return
             self._settle(ident, rank, cause=text)
         elif kind == _frames.LOG:
-            self.log_queue.put((rank, payload))
+            # The call's callbacks are taken now: its result (which follows its logs on the
+            # same channel) may complete the call before the callback thread gets here.
+            try:
+                call, record = cloudpickle.loads(payload)
+            except Exception as e:  # noqa: BLE001
+                print(f"caf_hvd: a log record of rank {rank} cannot be read: {e}",
+                      file=sys.stderr)
+                return
+            with self.lock:
+                entry = self.calls.get(call)
+                callbacks = list(entry[1]) if entry else []
+            self.log_queue.put((rank, record, callbacks))
         elif kind == _frames.RANKS:
             table = json.loads(payload)
             self.ranks = table["ranks"]
@@ -233,17 +244,8 @@ class _Job:
             item = self.log_queue.get()
             if item is None:
                 return
-            rank, payload = item
-            try:
-                call, record = cloudpickle.loads(payload)
-            except Exception as e:  # noqa: BLE001
-                print(f"caf_hvd: a log record of rank {rank} cannot be read: {e}",
-                      file=sys.stderr)
-                continue
-            with self.lock:
-                entry = self.calls.get(call)
-                callbacks = entry[1] if entry else []
-            for cb in list(callbacks) + list(self.elastic_callbacks):
+            rank, record, callbacks = item
+            for cb in callbacks + list(self.elastic_callbacks):
                 rec = dict(record)
                 rec.setdefault("rank", rank)
                 try:
