@@ -736,7 +736,7 @@ exec sh -c "$*"
         self.assert_fails(["driver", "-np", "1", "-H", "h1:1", "-i", "key", "true"], 2,
                           "--ssh-identity-file belongs to --launcher ssh")
         self.assert_fails(["driver", "-np", "1", "-H", "h1:1", "--launcher", "rsh", "true"], 2,
-                          "--launcher 'rsh': expected none or ssh")
+                          "--launcher 'rsh': expected none, ssh or slurm")
         self.assert_fails(["run", "-np", "1", "--mpi", "true"], 2, "--mpi is not supported")
         self.assert_fails(["run", "-np", "1", "--log-level", "LOUD", "true"], 2,
                           "--log-level 'LOUD': expected one of")
