@@ -1205,6 +1205,12 @@ private:
                                 "address of the shared network",
                                 server_->address()));
     h.st = ehost::status::ready;
+    // The job's servers serve the job's hosts (every address their agents reported)
+    // and the driver's own machine, no one else.
+    std::vector<std::string> addresses{h.reach_address, h.address};
+    for (auto& i : h.info.interfaces)
+      addresses.push_back(i.address);
+    allowlist_->add_host(h.info.name, addresses);
     if (elastic_)
       warn_if_capped(h);
     h.last_warning.clear();
@@ -1255,6 +1261,10 @@ private:
     try {
       rendezvous_options o;
       o.bind = bind;
+      o.allowlist = allowlist_;
+      o.on_refused = [](const std::string& what) {
+        write_all(2, fmt::format("caf-hvd: warning: {}\n", what));
+      };
       server_ = std::make_unique<rendezvous_server>(o);
     } catch (const std::exception& e) {
       fail(e.what());
@@ -1275,8 +1285,13 @@ private:
     if (job_.torch_store != torch_store_mode::off) {
       try {
         torch_store_ = std::make_unique<torch_store_server>(
-            bind, uint16_t{0}, [hdl](const std::string& problem) {
+            bind, uint16_t{0},
+            [hdl](const std::string& problem) {
               caf::anon_send(hdl, tstore_atom::value, "on the driver: " + problem);
+            },
+            torch_store_limits{}, allowlist_,
+            [](const std::string& what) {
+              write_all(2, fmt::format("caf-hvd: warning: {}\n", what));
             });
       } catch (const std::exception& e) {
         fail(e.what());
@@ -2309,6 +2324,7 @@ private:
   std::mt19937_64 rng_;
   std::string job_id_;
   clock_type::time_point started_;
+  std::shared_ptr<address_allowlist> allowlist_ = std::make_shared<address_allowlist>();
   std::unique_ptr<rendezvous_server> server_;
   std::unique_ptr<torch_store_server> torch_store_;
   int store_problems_ = 0;

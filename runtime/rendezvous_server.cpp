@@ -197,7 +197,14 @@ struct rendezvous_server::impl {
   size_t connections = 0, held_count = 0, polls = 0;
   std::map<net::ip::address, size_t> conns_of, polls_of; // per client (not loopback)
   std::atomic<uint64_t> requests{0}, rejected{0}, refused{0}, accept_errors{0}, held_refused{0},
-      polls_cut{0};
+      polls_cut{0}, strangers{0};
+  void refuse_stranger(const std::string& addr, const std::string& what) {
+    ++strangers;
+    if (opts.on_refused && opts.allowlist->first_refusal("rendezvous", addr + what))
+      opts.on_refused(fmt::format("the rendezvous server refused {} from {}: not an address of "
+                                  "this job's hosts",
+                                  what, addr));
+  }
   std::atomic<size_t> now_connections{0}, now_held{0}, now_polls{0};
   rendezvous_options opts;
   net::io_context io{1};
@@ -367,6 +374,13 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       reply(http::status::bad_request, r.error, keep);
       return true;
     case elastic_request::kind::rank_and_size: {
+      if (srv.opts.allowlist && !srv.opts.allowlist->speaks_for(r.host, client.to_string())) {
+        srv.refuse_stranger(client.to_string(), fmt::format("a vote for host {}", r.host));
+        ++srv.rejected;
+        reply(http::status::forbidden,
+              fmt::format("a vote for host {} must come from that host\n", r.host), keep);
+        return true;
+      }
       if (srv.held_count >= srv.opts.max_held) {
         ++srv.held_refused;
         ++srv.rejected;
@@ -507,7 +521,11 @@ void rendezvous_server::impl::accept() {
         auto it = conns_of.find(from);
         over = it != conns_of.end() && it->second >= opts.max_connections_per_client;
       }
-      if (over || peer_ec) {
+      if (!over && !peer_ec && opts.allowlist && !opts.allowlist->allows(from.to_string())) {
+        refuse_stranger(from.to_string(), "a connection");
+        beast::error_code ignored;
+        sock.close(ignored);
+      } else if (over || peer_ec) {
         ++refused;
         beast::error_code ignored;
         sock.close(ignored);
@@ -623,6 +641,7 @@ rendezvous_stats rendezvous_server::stats() const {
   st.accept_errors = impl_->accept_errors.load();
   st.held_refused = impl_->held_refused.load();
   st.polls_cut = impl_->polls_cut.load();
+  st.strangers = impl_->strangers.load();
   st.connections = impl_->now_connections.load();
   st.held = impl_->now_held.load();
   st.long_polls = impl_->now_polls.load();

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/allowlist.hpp"
 #include "runtime/assignment.hpp"
 #include "runtime/kv_store.hpp"
 
@@ -28,6 +29,10 @@ struct rendezvous_options {
   size_t max_connections_per_client = 1024;
   size_t max_long_polls_per_client = 256;
   bool loopback_exempt = true; // tests turn it off to see the per-client limits
+  // When set: only these clients connect, and a rank_and_size vote is taken only from an
+  // address of the host it names; refusals are reported once per address.
+  std::shared_ptr<address_allowlist> allowlist;
+  std::function<void(const std::string&)> on_refused;
   std::chrono::milliseconds request_timeout{10000}; // to receive one whole request
   std::chrono::milliseconds max_wait{600000};       // cap of a long-poll GET
   kv_store::limits limits;
@@ -41,6 +46,7 @@ struct rendezvous_stats {
   uint64_t accept_errors = 0; // e.g. out of descriptors; accepting resumes after a pause
   uint64_t held_refused = 0;  // rank_and_size answered 503: the held budget was full
   uint64_t polls_cut = 0;     // long polls answered at once: their budget was full
+  uint64_t strangers = 0;     // connections and votes refused by the allowlist
   size_t connections = 0, held = 0, long_polls = 0; // now
 };
 

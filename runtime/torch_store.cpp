@@ -28,6 +28,8 @@ struct torch_store_server::impl {
   std::thread thread;
   torch_store_core core;
   problem_handler on_problem;
+  std::shared_ptr<address_allowlist> allowlist;
+  problem_handler on_refused;
   size_t reported = 0;
   uint64_t next_id = 1;
   struct session;
@@ -130,6 +132,20 @@ void torch_store_server::impl::accept() {
   acceptor.async_accept([this](boost::system::error_code ec, tcp::socket sock) {
     if (ec == net::error::operation_aborted)
       return;
+    if (!ec && allowlist) {
+      boost::system::error_code pe;
+      auto from = sock.remote_endpoint(pe).address().to_string();
+      if (pe || !allowlist->allows(from)) {
+        if (!pe && on_refused && allowlist->first_refusal("torch store", from))
+          on_refused(fmt::format("the torch store refused a connection from {}: not an address "
+                                 "of this job's hosts",
+                                 from));
+        boost::system::error_code ignored;
+        sock.close(ignored);
+        accept();
+        return;
+      }
+    }
     if (!ec && sessions.size() < max_connections) {
       sock.set_option(tcp::no_delay(true), ec);
       auto id = next_id++;
@@ -150,9 +166,13 @@ void torch_store_server::impl::accept() {
 }
 
 torch_store_server::torch_store_server(const std::string& bind, uint16_t port,
-                                       problem_handler on_problem, torch_store_limits limits)
+                                       problem_handler on_problem, torch_store_limits limits,
+                                       std::shared_ptr<address_allowlist> allowlist,
+                                       problem_handler on_refused)
     : impl_(std::make_unique<impl>(limits)) {
   impl_->on_problem = std::move(on_problem);
+  impl_->allowlist = std::move(allowlist);
+  impl_->on_refused = std::move(on_refused);
   boost::system::error_code ec;
   auto addr = net::ip::make_address(bind, ec);
   tcp::endpoint ep{addr, port};

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/allowlist.hpp"
 #include "runtime/torch_store_protocol.hpp"
 
 namespace cafhvd {
@@ -21,8 +22,12 @@ public:
   using problem_handler = std::function<void(const std::string&)>;
 
   /// Listens on `bind`:`port` (0 = a free port). Throws std::runtime_error on failure.
+  /// With `allowlist`, only its clients connect; others are closed at once and reported
+  /// (once per address) through `on_refused`.
   torch_store_server(const std::string& bind, uint16_t port, problem_handler on_problem = {},
-                     torch_store_limits limits = {});
+                     torch_store_limits limits = {},
+                     std::shared_ptr<address_allowlist> allowlist = {},
+                     problem_handler on_refused = {});
   ~torch_store_server();
   torch_store_server(const torch_store_server&) = delete;
   torch_store_server& operator=(const torch_store_server&) = delete;

@@ -131,6 +131,37 @@ class MultiHostTest(unittest.TestCase):
                                      names[2]: (1, 2, good[names[2]])})
         self.assertEqual(by_gen[2][names[2]], (2, 3, good[names[2]]))
 
+    def test_the_jobs_servers_refuse_a_host_that_is_not_in_the_job(self):
+        h = self.hosts(3)
+        spec = ",".join(f"{x['good_addr']}:24780:1" for x in h.hosts[:2])
+        p = subprocess.Popen(["ip", "netns", "exec", h.hosts[0]["ns"], CAF_HVD, "driver",
+                              "-np", "2", "-H", spec, "--", "sh", "-c",
+                              "echo $HOROVOD_GLOO_RENDEZVOUS_ADDR $HOROVOD_GLOO_RENDEZVOUS_PORT "
+                              "$MASTER_PORT; exec sleep 30"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        h.procs.append(p)
+        addr, port, master = p.stdout.readline().split(":", 1)[1].split()
+        probe = ("import socket, sys\n"
+                 "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
+                 "s.sendall(b'GET /global/none HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+                 "try:\n"
+                 "    print(repr(s.recv(100)))\n"
+                 "except ConnectionResetError:\n"
+                 "    print(repr(b''))\n")
+        def ask(i, port_):
+            rc, out, err = h.run(i, [sys.executable, "-c", probe, addr, port_], timeout=30)
+            return out.strip()
+        self.assertEqual(ask(2, port), "b''")           # a stranger: closed unanswered
+        self.assertIn("404 Not Found", ask(1, port))     # a host of the job: served
+        self.assertEqual(ask(2, master), "b''")          # the torch store, likewise
+        os.kill(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+        stranger = h.hosts[2]["good_addr"]
+        self.assertIn(f"the rendezvous server refused a connection from {stranger}: not an "
+                      "address of this job's hosts", err)
+        self.assertIn(f"the torch store refused a connection from {stranger}", err)
+
     def test_host_whose_routable_interface_is_down(self):
         h = self.hosts(3)
         down = h.hosts[2]

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <chrono>
+#include <mutex>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -369,6 +370,53 @@ TEST_CASE("server: one client address cannot take every long poll or connection"
   for (int fd : idle)
     ::close(fd);
   ::close(extra);
+}
+
+TEST_CASE("server: only the job's hosts connect, and a vote only from the host it names") {
+  // loopback plays a remote client here (not trusted as the driver's own host)
+  auto allow = std::make_shared<address_allowlist>(false);
+  allow->add_host("A", {"127.0.0.1"});
+  allow->add_host("B", {"10.99.0.2"});
+  std::vector<std::string> reported;
+  std::mutex m;
+  rendezvous_options o;
+  o.allowlist = allow;
+  o.on_refused = [&](const std::string& what) {
+    std::lock_guard g{m};
+    reported.push_back(what);
+  };
+  rendezvous_server srv{o};
+  srv.init(plan_3_plus_1());
+  srv.enable_elastic([](const std::string&, int) {});
+  CHECK(status_of(request(srv.port(), "PUT", "/global/x", "1")) == 200); // A's address
+  auto forged = request(srv.port(), "GET", "/rank_and_size/B:0");
+  CHECK(status_of(forged) == 403);
+  CHECK(body_of(forged) == "a vote for host B must come from that host\n");
+  int held = send_only(srv.port(), get_line("/rank_and_size/A:0")); // its own: held
+  wait_for([&] { return srv.stats().held == 1; });
+  ::close(held);
+  CHECK(srv.stats().strangers == 1);
+  {
+    std::lock_guard g{m};
+    REQUIRE(reported.size() == 1);
+    CHECK(reported[0] == "the rendezvous server refused a vote for host B from 127.0.0.1: not an "
+                         "address of this job's hosts");
+  }
+  // a server whose job has no host at this address closes the connection unanswered
+  auto strict = std::make_shared<address_allowlist>(false);
+  strict->add_host("B", {"10.99.0.2"});
+  rendezvous_options o2;
+  o2.allowlist = strict;
+  rendezvous_server other{o2};
+  int fd = connect_to(other.port());
+  CHECK(read_all(fd, 1s).empty());
+  ::close(fd);
+  wait_for([&] { return other.stats().strangers == 1; });
+  // the driver's own host (loopback, trusted by default) always gets in
+  rendezvous_options o3;
+  o3.allowlist = std::make_shared<address_allowlist>();
+  rendezvous_server own{o3};
+  CHECK(status_of(request(own.port(), "GET", "/x/y")) == 404);
 }
 
 TEST_CASE("server: binding to a bad address is an error that names it") {
