@@ -138,7 +138,11 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(p.returncode, 3, err)
         self.assertRegex(err, r"rank 1 on host \S+ ended with exit code 3")
         nums = [int(x) for x in rank_lines(out).get(0, [])]
-        self.assertGreater(len(nums), 20000, "less than a few pipe buffers of output")
+        # Each line is about 18 bytes with its tag, so a 64 KiB pipe holds ~3,600 of them:
+        # more than 8,000 means the driver kept what it could not write while stdout was
+        # stalled (a driver that dropped output would deliver one pipe buffer at most).
+        # How much more depends on how the rank's writes were batched, hence no higher bar.
+        self.assertGreater(len(nums), 8000, "not more than two pipe buffers of output")
         self.assertEqual(nums, list(range(1, len(nums) + 1)), "lines lost or reordered")
 
     def test_output_integrity_under_load(self):
