@@ -20,11 +20,7 @@ bool is_digit(char c) {
 // One bracket group's numbers as strings (zero padding kept).
 std::vector<std::string> expand_group(std::string_view group, std::string_view item) {
   std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= group.size()) {
-    auto comma = group.find(',', pos);
-    auto part = group.substr(pos, comma == std::string_view::npos ? std::string_view::npos
-                                                                   : comma - pos);
+  for (auto part : split_on(group, ',')) {
     auto dash = part.find('-');
     auto lo_text = part.substr(0, dash);
     auto hi_text = dash == std::string_view::npos ? lo_text : part.substr(dash + 1);
@@ -49,9 +45,6 @@ std::vector<std::string> expand_group(std::string_view group, std::string_view i
         throw spec_error(fmt::format("hostlist '{}': more than {} hosts", item,
                                      max_hostlist_hosts));
     }
-    if (comma == std::string_view::npos)
-      break;
-    pos = comma + 1;
   }
   return out;
 }
@@ -128,11 +121,7 @@ std::vector<std::string> expand_hostlist(std::string_view text) {
 
 std::vector<uint32_t> expand_tasks_per_node(std::string_view text) {
   std::vector<uint32_t> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    auto comma = text.find(',', pos);
-    auto part = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos
-                                                                  : comma - pos);
+  for (auto part : split_on(text, ',')) {
     auto paren = part.find('(');
     auto count_text = part.substr(0, paren);
     uint64_t repeat = 1;
@@ -150,9 +139,6 @@ std::vector<uint32_t> expand_tasks_per_node(std::string_view text) {
       throw spec_error(fmt::format("SLURM_TASKS_PER_NODE '{}': more than {} nodes", text,
                                    max_hostlist_hosts));
     out.insert(out.end(), repeat, count);
-    if (comma == std::string_view::npos)
-      break;
-    pos = comma + 1;
   }
   return out;
 }

@@ -1,6 +1,8 @@
 // GPU inventory and lending (see gpu.hpp).
 #include "runtime/gpu.hpp"
 
+#include "runtime/host_spec.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <dlfcn.h>
@@ -16,11 +18,7 @@ std::vector<int32_t> parse_gpu_list(std::string_view text) {
     return {};
   std::vector<int32_t> out;
   std::set<int32_t> seen;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    auto comma = text.find(',', pos);
-    auto item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos
-                                                                  : comma - pos);
+  for (auto item : split_on(text, ',')) {
     if (item.empty() || item.size() > 4
         || !std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; }))
       throw std::invalid_argument(
@@ -30,9 +28,6 @@ std::vector<int32_t> parse_gpu_list(std::string_view text) {
     if (!seen.insert(v).second)
       throw std::invalid_argument(fmt::format("--gpus '{}': device {} is listed twice", text, v));
     out.push_back(v);
-    if (comma == std::string_view::npos)
-      break;
-    pos = comma + 1;
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -40,17 +35,11 @@ std::vector<int32_t> parse_gpu_list(std::string_view text) {
 
 std::vector<int32_t> parse_nvidia_smi_list(std::string_view text) {
   std::vector<int32_t> out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    auto nl = text.find('\n', pos);
-    auto line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+  for (auto line : split_on(text, '\n')) {
     int idx = -1;
     if (line.rfind("GPU ", 0) == 0 && std::sscanf(std::string{line}.c_str(), "GPU %d:", &idx) == 1
         && idx >= 0)
       out.push_back(idx);
-    if (nl == std::string_view::npos)
-      break;
-    pos = nl + 1;
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

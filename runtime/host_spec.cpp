@@ -36,7 +36,9 @@ std::string check_host(std::string_view host, std::string_view context) {
   return std::string{host};
 }
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
+} // namespace
+
+std::vector<std::string_view> split_on(std::string_view s, char sep) {
   std::vector<std::string_view> out;
   size_t start = 0;
   for (;;) {
@@ -47,6 +49,8 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
     start = pos + 1;
   }
 }
+
+namespace {
 
 void reject_duplicates(const std::vector<host_spec>& hosts, std::string_view context) {
   std::set<std::string> seen;
@@ -74,7 +78,7 @@ long long parse_bounded_int(std::string_view text, long long lo, long long hi,
 
 host_spec parse_host_spec(std::string_view text, uint16_t default_port) {
   auto item = trim(text);
-  auto parts = split(item, ':');
+  auto parts = split_on(item, ':');
   host_spec h;
   h.port = default_port;
   if (parts.size() == 2) {
@@ -104,7 +108,7 @@ std::vector<host_spec> parse_host_list(std::string_view text, uint16_t default_p
   if (trim(text).empty())
     throw spec_error("empty host list: expected HOST:SLOTS[,HOST:PORT:SLOTS...]");
   std::vector<host_spec> out;
-  for (auto item : split(text, ',')) {
+  for (auto item : split_on(text, ',')) {
     if (trim(item).empty())
       throw spec_error(fmt::format("empty item in host list '{}'", text));
     out.push_back(parse_host_spec(item, default_port));
@@ -129,7 +133,7 @@ std::vector<host_spec> parse_hostfile(std::istream& in, std::string_view name,
     auto endpoint = l.substr(0, space);
     host_spec h;
     h.port = default_port;
-    auto ep = split(endpoint, ':');
+    auto ep = split_on(endpoint, ':');
     if (ep.size() > 2)
       throw spec_error(
           fmt::format("{}: invalid host '{}': expected HOST or HOST:PORT", where, endpoint));
@@ -160,7 +164,7 @@ std::vector<host_spec> parse_discovery_output(std::string_view text,
                                               uint16_t default_port) {
   std::vector<host_spec> out;
   int lineno = 0;
-  for (auto line : split(text, '\n')) {
+  for (auto line : split_on(text, '\n')) {
     if (++lineno > 65536)
       throw spec_error("discovery output has more than 65536 lines");
     if (line.size() > 1024)

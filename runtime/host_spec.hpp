@@ -53,6 +53,9 @@ std::vector<host_spec> parse_discovery_output(std::string_view text,
                                               std::optional<uint32_t> slots_per_host,
                                               uint16_t default_port = default_node_port);
 
+/// Splits at every `sep`, keeping empty pieces ("a,,b" -> "a", "", "b").
+std::vector<std::string_view> split_on(std::string_view s, char sep);
+
 /// Parses a decimal integer in [lo, hi]; `what` names the value in the error message.
 long long parse_bounded_int(std::string_view text, long long lo, long long hi,
                             std::string_view what);
