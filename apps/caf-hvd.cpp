@@ -639,22 +639,35 @@ int local_slots(const job_options& o, std::optional<int> np) {
   return np ? *np : static_cast<int>(total);
 }
 
-// A Slurm node's address as Slurm knows it (NodeAddr, `sinfo -N -o "%N %o"`), else DNS.
-std::string slurm_node_address(const std::string& node) {
-  auto cmd = fmt::format("sinfo -h -N -n {} -o '%N %o' 2>/dev/null", shell_quote(node));
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+// The allocation's node addresses as Slurm knows them (NodeAddr), from one
+// `sinfo -N -o "%N %o"`; a node Slurm does not name an address for is left out.
+std::map<std::string, std::string> slurm_node_addresses() {
+  std::map<std::string, std::string> out;
+  if (FILE* p = ::popen("sinfo -h -N -o '%N %o' 2>/dev/null", "r")) {
     char buf[512];
-    std::string out;
+    std::string text;
     while (std::fgets(buf, sizeof(buf), p))
-      out += buf;
+      text += buf;
     ::pclose(p);
-    std::istringstream in{out};
+    std::istringstream in{text};
     std::string name, addr;
     while (in >> name >> addr)
-      if (name == node && addr != "(null)")
-        return resolve_or_fail(addr);
+      if (addr != "(null)")
+        out.emplace(name, addr);
   }
-  return resolve_or_fail(node);
+  return out;
+}
+
+// What --launcher ssh and --launcher slurm share: the agent binary, the credentials the
+// agents use, the shim that ties the launcher to this process, the deadline.
+ssh_options launcher_options(const job_options& o, const job_config& job,
+                             const std::optional<cluster_credentials>& creds) {
+  ssh_options so;
+  so.agent_path = o.agent_path.empty() ? executable_dir() + "/caf-hvd" : o.agent_path;
+  so.cluster_dir = creds ? creds->dir : std::string{};
+  so.shim = shim_path();
+  so.timeout = job.start_timeout;
+  return so;
 }
 
 // --launcher ssh: an agent on every host that gets ranks, unless one already answers at
@@ -662,15 +675,11 @@ std::string slurm_node_address(const std::string& node) {
 int start_agents_over_ssh(const job_options& o, job_config& job,
                           const std::optional<cluster_credentials>& creds,
                           std::unique_ptr<ssh_agents>& agents) {
-  ssh_options so;
-  so.ssh = o.ssh_command;
+  auto so = launcher_options(o, job, creds);
+  so.client = o.ssh_command;
   so.port = o.ssh_port;
   so.identity = o.ssh_identity;
   so.extra = o.ssh_options;
-  so.agent_path = o.agent_path.empty() ? executable_dir() + "/caf-hvd" : o.agent_path;
-  so.cluster_dir = creds ? creds->dir : std::string{};
-  so.shim = shim_path();
-  so.timeout = job.start_timeout;
   std::vector<std::pair<std::string, uint16_t>> endpoints;
   for (size_t i = 0; i < job.addresses.size(); ++i)
     endpoints.emplace_back(job.addresses[i], job.hosts[i].port);
@@ -936,11 +945,14 @@ int run_job(int argc, char** argv, bool embedded) {
       throw usage_error(fmt::format("-np {} exceeds the {} slots of the given hosts", o.np, total));
     // Only hosts that receive ranks are contacted (the first hosts' slots in order).
     long need = o.np;
+    auto node_addresses = o.launcher == "slurm" ? slurm_node_addresses()
+                                                : std::map<std::string, std::string>{};
     for (auto& h : job.hosts) {
       if (need <= 0)
         break;
-      job.addresses.push_back(o.launcher == "slurm" ? slurm_node_address(h.host)
-                                                    : resolve_or_fail(h.host));
+      auto known = node_addresses.find(h.host);
+      job.addresses.push_back(
+          resolve_or_fail(known != node_addresses.end() ? known->second : h.host));
       need -= h.slots;
     }
   }
@@ -979,12 +991,8 @@ int run_job(int argc, char** argv, bool embedded) {
   std::unique_ptr<srun_agents> step;
   if (o.launcher == "slurm") {
     block_termination_signals(); // before the step's reader thread exists (see below)
-    ssh_options so;
-    so.ssh = o.srun_command;
-    so.agent_path = o.agent_path.empty() ? executable_dir() + "/caf-hvd" : o.agent_path;
-    so.cluster_dir = creds ? creds->dir : std::string{};
-    so.shim = shim_path();
-    so.timeout = job.start_timeout;
+    auto so = launcher_options(o, job, creds);
+    so.client = o.srun_command;
     std::vector<std::string> names;
     for (size_t i = 0; i < job.addresses.size(); ++i)
       names.push_back(job.hosts[i].host);

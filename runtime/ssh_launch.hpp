@@ -13,7 +13,7 @@
 namespace cafhvd {
 
 struct ssh_options {
-  std::string ssh = "ssh";               // the client (tests put a stand-in here)
+  std::string client = "ssh";            // ssh or srun (tests put a stand-in here)
   int port = 0;                          // -p (0: ssh's default)
   std::string identity;                  // -i
   std::vector<std::string> extra;        // -o OPTION each
@@ -46,6 +46,10 @@ std::string agent_command(const ssh_options& o, const ssh_host& h);
 /// is not that line.
 uint16_t parse_listening_port(const std::string& line);
 
+/// One launcher process (ssh or srun) whose stdin keeps its agents alive and whose
+/// output names their ports (defined in ssh_launch.cpp).
+struct agent_session;
+
 class ssh_agents {
 public:
   /// Starts an agent on every host; returns when each printed its port, failed, or the
@@ -59,8 +63,7 @@ public:
   ssh_agents& operator=(const ssh_agents&) = delete;
 
 private:
-  struct session;
-  std::vector<std::shared_ptr<session>> sessions_;
+  std::vector<std::shared_ptr<agent_session>> sessions_;
 };
 
 /// Agents for one job as one Slurm step: `srun --nodes=N --ntasks-per-node=1 --overlap
@@ -78,8 +81,7 @@ public:
   srun_agents& operator=(const srun_agents&) = delete;
 
 private:
-  struct state;
-  std::shared_ptr<state> st_;
+  std::shared_ptr<agent_session> step_;
 };
 
 /// "NAME PORT" from one line of the step's labelled output ("3: caf-hvd node 'n3'
