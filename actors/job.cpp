@@ -1581,10 +1581,15 @@ private:
               launch_slots(ep, ready);
             },
             [this, ids](caf::error& e) {
-              for (auto id : ids)
-                if (auto* s = slot_by_id(id); s && s->running)
-                  slot_failed(*s, fmt::format("cannot start its worker: {}", describe(e)));
+              fail_running(ids, fmt::format("cannot start its worker: {}", describe(e)));
             });
+  }
+
+  // A batch request for these slots failed: each still running fails with `why`.
+  void fail_running(const std::vector<uint32_t>& ids, const std::string& why) {
+    for (auto id : ids)
+      if (auto* s = slot_by_id(id); s && s->running)
+        slot_failed(*s, why);
   }
 
   // True when the slot's worker may launch its process now.
@@ -1751,9 +1756,7 @@ private:
               // pid 0: the process could not start; its worker reports how it ended
             },
             [this, launched](caf::error& e) {
-              for (auto id : launched)
-                if (auto* s = slot_by_id(id); s && s->running)
-                  slot_failed(*s, fmt::format("launch failed: {}", describe(e)));
+              fail_running(launched, fmt::format("launch failed: {}", describe(e)));
             });
   }
 

@@ -380,13 +380,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-class AgentExecutorTest(unittest.TestCase):
-    """The same API against node agents (mutual TLS, the test cluster's credentials)."""
+class AgentCase(unittest.TestCase):
+    """A test with node agents on loopback; no rank process may outlive it."""
 
     def setUp(self):
         self.addCleanup(no_workers_left)
         self.c = Cluster()
         self.addCleanup(self.c.close)
+
+
+class AgentExecutorTest(AgentCase):
+    """The same API against node agents (mutual TLS, the test cluster's credentials)."""
 
     def test_two_agents_results_state_and_places(self):
         self.c.node("h1")
@@ -416,13 +420,8 @@ def have_torch():
         return False
 
 
-class GpuExecutorTest(unittest.TestCase):
+class GpuExecutorTest(AgentCase):
     """gpus_per_worker maps onto the agents' GPU lending (devices declared with --gpus)."""
-
-    def setUp(self):
-        self.addCleanup(no_workers_left)
-        self.c = Cluster()
-        self.addCleanup(self.c.close)
 
     def test_gpus_per_worker_over_agents(self):
         self.c.node("x1", extra=["--gpus", "0,1,2,3"])
@@ -434,7 +433,7 @@ class GpuExecutorTest(unittest.TestCase):
                              ["0,1,2,3", "0,1,2,3", "4,5"])
 
 
-class TorchExampleTest(unittest.TestCase):
+class TorchExampleTest(AgentCase):
     """examples/executor_torch.py: a torch trainer class driven by execute; all ranks must
     end with equal weights (it exits 1 otherwise)."""
 
@@ -446,11 +445,6 @@ class TorchExampleTest(unittest.TestCase):
             if setup.returncode != 0 or not have_torch():
                 raise unittest.SkipTest("Debian's python3-torch could not be installed: "
                                         + setup.stderr[-300:])
-
-    def setUp(self):
-        self.addCleanup(no_workers_left)
-        self.c = Cluster()
-        self.addCleanup(self.c.close)
 
     def run_example(self, *args):
         p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "executor_torch.py"),
@@ -497,11 +491,9 @@ def elastic_worker():
                 return {"rank": rank, "size": size, "generation": gen, "slot": slot}
 
 
-class ElasticExecutorTest(unittest.TestCase):
+class ElasticExecutorTest(AgentCase):
     def setUp(self):
-        self.addCleanup(no_workers_left)
-        self.c = Cluster()
-        self.addCleanup(self.c.close)
+        super().setUp()
         self.dir = tempfile.mkdtemp(prefix="caf-hvd-executor-")
         self.hosts_file = os.path.join(self.dir, "hosts")
         self.script = os.path.join(self.dir, "discover.sh")

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "runtime/nic_probe.hpp"
+#include "socket_util.hpp"
 
 using namespace cafhvd;
 using namespace std::chrono_literals;
@@ -79,25 +80,12 @@ TEST_CASE("probes: many peers and interfaces stay within a low descriptor limit"
                                     {"lo3", "127.0.0.3", 8, true}};
   // 120 probes; the process (probes and responders together) gets 24 descriptors more
   // than it holds now: all at once would run out and report false failures
-  int open_fds = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d))
-      ++open_fds;
-    ::closedir(d);
-  }
-  rlimit old{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
-  rlimit low = old;
-  low.rlim_cur = static_cast<rlim_t>(open_fds + 24);
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  test::lowered_descriptor_limit limit{24};
   auto bounded = probe_peers(local, targets, 2s, 8);
-  ::setrlimit(RLIMIT_NOFILE, &old);
+  limit.restore();
   REQUIRE(bounded.size() == 120);
   for (auto& r : bounded)
     CHECK_MESSAGE(r.ok, r.iface << " -> " << r.host << ": " << r.error);
-  // every peer over every interface, none skipped because another answered first? The
-  // first interface reaches all hosts; the grace then cuts the rest short only when they
-  // are slow, so here (loopback) they all answer.
 }
 
 TEST_CASE("choice: per-host interfaces with different names, decoys left out") {

@@ -147,17 +147,7 @@ TEST_CASE("store: a PUT wakes its key's waiters in the order they came, and no o
 
 TEST_CASE("server: out of descriptors, it pauses accepting instead of spinning, then resumes") {
   rendezvous_server srv{rendezvous_options{}};
-  size_t open_fds = 0;
-  if (DIR* d = ::opendir("/proc/self/fd")) {
-    while (::readdir(d))
-      ++open_fds;
-    ::closedir(d);
-  }
-  rlimit old{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
-  rlimit low = old;
-  low.rlim_cur = open_fds + 16;
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  test::lowered_descriptor_limit limit{16};
   // Clients and server share this process's limit: connect until it is used up, so the
   // server's accept fails with EMFILE while connections wait in its backlog.
   std::vector<int> clients;
@@ -184,7 +174,7 @@ TEST_CASE("server: out of descriptors, it pauses accepting instead of spinning, 
            + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1000.0;
   };
   double burned = cpu_ms(after) - cpu_ms(before);
-  ::setrlimit(RLIMIT_NOFILE, &old);
+  limit.restore();
   for (int fd : clients)
     ::close(fd);
   CHECK(srv.stats().accept_errors > 0);

@@ -3,6 +3,8 @@
 
 #include <arpa/inet.h>
 #include <chrono>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <cstdint>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,6 +15,34 @@
 #include <doctest/doctest.h>
 
 namespace cafhvd::test {
+
+/// Lowers this process's soft descriptor limit to what it holds now plus `spare`, until
+/// restore() or the end of its scope.
+class lowered_descriptor_limit {
+public:
+  explicit lowered_descriptor_limit(size_t spare) {
+    size_t open_fds = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      while (::readdir(d))
+        ++open_fds;
+      ::closedir(d);
+    }
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &old_) == 0);
+    rlimit low = old_;
+    low.rlim_cur = static_cast<rlim_t>(open_fds + spare);
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  }
+  ~lowered_descriptor_limit() { restore(); }
+  void restore() {
+    if (!restored_)
+      ::setrlimit(RLIMIT_NOFILE, &old_);
+    restored_ = true;
+  }
+
+private:
+  rlimit old_{};
+  bool restored_ = false;
+};
 
 inline int connect_to(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
