@@ -297,10 +297,6 @@ private:
     return current(slot_key(gen_.plan[r].hostname, gen_.plan[r].local_rank));
   }
 
-  std::string rank_label(const eslot& s) {
-    return fmt::format("rank {} on host {}", s.rank, hosts_.at(s.endpoint).info.name);
-  }
-
   void on_call(uint64_t id, uint32_t rank, uint32_t deadline, std::string payload) {
     if (id <= last_call_) {
       return owner_broke(

@@ -140,7 +140,8 @@ struct frame_channel::shared {
   mutable std::mutex m;
   std::condition_variable cv;
   struct item {
-    std::string bytes;
+    std::string header; // the payload is sent from the frame itself, not copied
+    std::string payload;
     std::function<void()> done;
   };
   std::deque<item> queue;
@@ -232,12 +233,12 @@ frame_channel::frame_channel(int fd, uint64_t max_payload, frame_fn on_frame, cl
       sh->queue.pop_front();
       sh->writing = true;
       guard.unlock();
-      bool ok = send_fully(sh->fd, x.bytes);
+      bool ok = send_fully(sh->fd, x.header) && send_fully(sh->fd, x.payload);
       if (x.done)
         x.done();
       guard.lock();
       sh->writing = false;
-      sh->pending -= x.bytes.size();
+      sh->pending -= x.header.size() + x.payload.size();
       if (!ok) { // the peer is gone: the reader sees it; drop the rest
         sh->stop = true;
         return drop_all();
@@ -258,12 +259,16 @@ frame_channel::~frame_channel() {
 }
 
 void frame_channel::send(frame f, std::function<void()> done) {
-  auto bytes = encode_frame(f);
+  auto header = encode_frame_header(f);
+  if (f.payload.size() < 65536) { // small frames: one write
+    header += f.payload;
+    f.payload.clear();
+  }
   {
     std::lock_guard guard{sh_->m};
     if (!sh_->stop && !sh_->half_close) {
-      sh_->pending += bytes.size();
-      sh_->queue.push_back({std::move(bytes), std::move(done)});
+      sh_->pending += header.size() + f.payload.size();
+      sh_->queue.push_back({std::move(header), std::move(f.payload), std::move(done)});
       done = nullptr;
     }
   }

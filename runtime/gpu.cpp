@@ -118,10 +118,7 @@ std::vector<int32_t> gpu_pool::lend(uint64_t owner, size_t count, std::string& w
   std::lock_guard g{m_};
   auto available = free_locked();
   if (available.size() < count) {
-    size_t others = 0;
-    for (auto& [o, held] : lent_)
-      if (o != owner)
-        others += held.size();
+    auto others = lent_to_others_locked(owner);
     why = fmt::format("{} GPU{} wanted, {} free ({} on this node, {} lent to other jobs)", count,
                       count == 1 ? "" : "s", available.size(), devices_.size(), others);
     return {};
@@ -139,6 +136,10 @@ void gpu_pool::release(uint64_t owner) {
 
 size_t gpu_pool::lent_to_others(uint64_t owner) const {
   std::lock_guard g{m_};
+  return lent_to_others_locked(owner);
+}
+
+size_t gpu_pool::lent_to_others_locked(uint64_t owner) const {
   size_t n = 0;
   for (auto& [o, held] : lent_)
     if (o != owner)

@@ -48,6 +48,7 @@ public:
 
 private:
   std::vector<int32_t> free_locked() const;
+  size_t lent_to_others_locked(uint64_t owner) const;
   mutable std::mutex m_;
   std::vector<int32_t> devices_;
   std::map<uint64_t, std::vector<int32_t>> lent_;

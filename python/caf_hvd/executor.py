@@ -79,7 +79,7 @@ def _shutdown_all():
 class _Job:
     """One caf-hvd process in executor mode and the frames to and from it."""
 
-    def __init__(self, args, env, boot, start_timeout, callbacks=None):
+    def __init__(self, args, env, boot, callbacks=None):
         self.lock = threading.Lock()  # call ids and writes
         self.next_id = 1
         self.calls = {}  # id -> (futures by rank, callbacks)
@@ -305,7 +305,7 @@ def _pickled(what, obj):
         raise TypeError(f"{what} cannot be pickled: {type(e).__name__}: {e}") from e
 
 
-def _common_args(binary, *, hosts, hostfile, cluster_dir, insecure, start_timeout,
+def _common_args(*, hosts, hostfile, cluster_dir, insecure, start_timeout,
                  network_interface, verbose, extra_env_vars, cpus_per_worker):
     args = ["--start-timeout", str(start_timeout), "--quiet"]
     if verbose:
@@ -390,12 +390,12 @@ class Executor:
         binary = self._binary or find_binary()
         args = [binary, "driver" if self._remote else "run"]
         args += ["-np", str(self.num_workers)]
-        args += _common_args(binary, extra_env_vars=extra_env_vars, cpus_per_worker=self._cpus,
+        args += _common_args(extra_env_vars=extra_env_vars, cpus_per_worker=self._cpus,
                              **self._opts)
         if self._gpus:
             args += ["--gpus-per-slot", str(self._gpus)]
         args += ["--", self._python, "-m", "caf_hvd.worker"]
-        job = _Job(args, _process_env(), boot, self._start_timeout)
+        job = _Job(args, _process_env(), boot)
         self._job = job
         _live.add(self)
         # caf-hvd bounds the start by start_timeout; the margin covers its own start
@@ -558,10 +558,10 @@ class ElasticExecutor:
         boot = _pickled("the worker function", ("elastic", worker_fn, self._executable, {}))
         binary = self._binary or find_binary()
         args = [binary, "driver"] + self._flags
-        args += _common_args(binary, extra_env_vars=self._env, cpus_per_worker=self._cpus,
+        args += _common_args(extra_env_vars=self._env, cpus_per_worker=self._cpus,
                              **self._opts)
         args += ["--", self._python, "-m", "caf_hvd.worker"]
-        job = _Job(args, _process_env(), boot, self._opts["start_timeout"], callbacks)
+        job = _Job(args, _process_env(), boot, callbacks)
         self._job = job
         _live.add(self)
         try:
