@@ -68,6 +68,19 @@ def pid_with_env(pattern, prefix=False, **env):
     return None
 
 
+def describe_pids(pids):
+    """"PID: command line" for each pid still there (for failure messages)."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            out.append(f"{pid}: {cmd}")
+        except OSError:
+            pass
+    return out
+
+
 def wait_until(pred, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,7 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import pid_with_env, pids_matching, rank_envs, rank_lines, run_suite  # noqa: E402
+from harness import describe_pids, pid_with_env, pids_matching, rank_envs, rank_lines, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -525,10 +525,14 @@ PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         self.assertEqual(len(drivers), 1, driver)
         os.kill(drivers[0], signal.SIGKILL)
         deadline = time.monotonic() + 20
-        while (self.agents_left() or pids_matching("sleep 300")) and time.monotonic() < deadline:
+        # the ranks themselves: command lines starting with "sleep 300" (salloc's own
+        # command line names it too while it relinquishes the allocation)
+        while ((self.agents_left() or pids_matching("sleep 300", prefix=True))
+               and time.monotonic() < deadline):
             time.sleep(0.2)
         self.assertFalse(self.agents_left(), "agents outlived a SIGKILLed driver")
-        self.assertEqual(pids_matching("sleep 300"), [], "ranks outlived a SIGKILLed driver")
+        self.assertEqual(describe_pids(pids_matching("sleep 300", prefix=True)), [],
+                         "ranks outlived a SIGKILLed driver")
         p.wait(timeout=30)
         # outside an allocation it says what it needs
         r = self.in_host([CAF_HVD, "driver", "--launcher", "slurm", "--", "true"])
