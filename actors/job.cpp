@@ -1772,6 +1772,10 @@ private:
     if (!elastic_ && !all_started_ && ++launched_ == gen_.plan.size()) {
       all_started_ = true;
       log("all {} ranks started", gen_.plan.size());
+      // A rank may have failed while another host's launch reply was on its way: the
+      // job is in teardown then, and stays there.
+      if (done_)
+        return;
       phase("run");
       if (executor())
         send_rank_table();
