@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <vector>
 
 #include <caf/openssl/all.hpp>
 
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/tls_context.hpp"
 
 namespace cafhvd {
 
@@ -42,9 +44,14 @@ void hvd_config::enable_network(const liveness& l, const cluster_credentials* cr
   set("middleman.enable-automatic-connections", false);
   load<caf::io::middleman>();
   if (creds) {
-    openssl_certificate = creds->member_cert;
-    openssl_key = creds->member_key;
+    // CAF's module needs the paths to turn authentication on; the binary hands it the
+    // shared context built here (runtime/tls_context.hpp) instead of one per connection.
+    openssl_certificate = creds->cert;
+    openssl_key = creds->key;
     openssl_cafile = creds->ca_cert;
+    tls::install({*creds, [](const std::string& line) {
+                    std::fprintf(stderr, "caf-hvd: %s\n", line.c_str());
+                  }});
     load<caf::openssl::manager>();
   }
 }

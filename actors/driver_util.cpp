@@ -1,5 +1,7 @@
 #include "actors/driver_util.hpp"
 
+#include "runtime/tls_context.hpp"
+
 #include <cerrno>
 #include <chrono>
 #include <utility>
@@ -68,7 +70,11 @@ std::string output_tag(int rank, int stream) {
   return rank < 0 ? fmt::format("[?]<{}>:", name) : fmt::format("[{}]<{}>:", rank, name);
 }
 
-std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls) {
+std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls,
+                          const std::string& peer) {
+  if (tls)
+    if (auto why = tls::failure_for(peer); !why.empty())
+      return "the TLS handshake failed: " + why;
   if (e == caf::sec::request_timeout)
     return "no answer before the start timeout";
   if (e == caf::sec::cannot_connect_to_node)

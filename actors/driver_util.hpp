@@ -66,7 +66,9 @@ std::string describe_exit(const exit_status& st, const std::string& stopped_by);
 std::string output_tag(int rank, int stream);
 
 /// Why connecting to a node agent failed, in words a user can act on.
-std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls);
+/// `peer` ("ip:port") finds the reason the TLS layer recorded for a refused handshake.
+std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls,
+                          const std::string& peer = {});
 
 /// What the driver prints when the job's torch store closed a client for a protocol
 /// violation (`problem` names where, the client, its dialect and what it sent).

@@ -809,12 +809,15 @@ private:
                 return dial(ep); // keeps its place in the window
               }
               dialed();
-              host_unusable(ep, fmt::format("cannot connect: {}", connect_error(e)));
+              auto& h = hosts_.at(ep);
+              host_unusable(ep, fmt::format("cannot connect: {}",
+                                            connect_error(e, fmt::format("{}:{}", h.address,
+                                                                         h.spec.port))));
             });
   }
 
-  std::string connect_error(const caf::error& e) {
-    return cafhvd::connect_error(system(), e, job_.tls);
+  std::string connect_error(const caf::error& e, const std::string& peer = {}) {
+    return cafhvd::connect_error(system(), e, job_.tls, peer);
   }
 
   void spawn_colocator(const std::string& ep) {

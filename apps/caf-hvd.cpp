@@ -20,6 +20,7 @@
 #include <boost/program_options.hpp>
 #include <caf/openssl/all.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "actors/config.hpp"
 #include "actors/driver.hpp"
@@ -27,6 +28,7 @@
 #include "actors/protocol.hpp"
 #include "runtime/allocation.hpp"
 #include "runtime/credentials.hpp"
+#include "runtime/tls_context.hpp"
 #include "runtime/env.hpp"
 #include "runtime/gpu.hpp"
 #include "runtime/host_spec.hpp"
@@ -128,7 +130,8 @@ std::string bind_problem(const std::string& bind, int port) {
 
 // The credentials a node or driver uses, or nullopt with --insecure (after a warning).
 std::optional<cluster_credentials> credentials_for(const po::variables_map& vm,
-                                                   const std::string& dir, const char* who) {
+                                                   const std::string& dir, cert_role role) {
+  const char* who = to_string(role);
   if (vm.count("insecure")) {
     if (vm.count("cluster-dir"))
       throw usage_error("--insecure and --cluster-dir exclude each other");
@@ -139,24 +142,84 @@ std::optional<cluster_credentials> credentials_for(const po::variables_map& vm,
     return std::nullopt;
   }
   try {
-    return load_cluster(cluster_dir(dir.empty() ? std::nullopt : std::optional{dir}));
+    auto c = load_cluster(cluster_dir(dir.empty() ? std::nullopt : std::optional{dir}), role);
+    if (c.role == cert_role::member)
+      std::cerr << fmt::format(
+          "caf-hvd {}: WARNING: {} is a pre-role member certificate (it can act as driver and "
+          "as node); issue a {} certificate with 'caf-hvd cluster add-{} NAME' and revoke the "
+          "member certificate\n",
+          who, c.cert, who, who);
+    return c;
   } catch (const credentials_error& e) {
     throw std::runtime_error(e.what());
   }
 }
 
+constexpr const char* cluster_usage =
+    "usage:\n"
+    "  caf-hvd cluster init [DIR]                        a new CA, a node and a driver "
+    "certificate\n"
+    "  caf-hvd cluster add-node NAME [DIR] [--out OUT]   a node agent's credentials\n"
+    "  caf-hvd cluster add-driver NAME [DIR] [--out OUT] a driver's credentials\n"
+    "  caf-hvd cluster revoke NAME [DIR]                 revoke NAME's certificates (crl.pem)\n"
+    "DIR: the cluster's directory (default $CAF_HVD_CLUSTER_DIR, else "
+    "~/.config/caf-hvd/cluster); OUT: default DIR/issued/NAME";
+
 int run_cluster(int argc, char** argv) {
-  if (argc < 3 || std::string_view{argv[2]} != "init" || argc > 4)
-    throw usage_error("usage: caf-hvd cluster init [DIR]  (default DIR: $CAF_HVD_CLUSTER_DIR, "
-                      "else ~/.config/caf-hvd/cluster)");
-  auto dir = cluster_dir(argc == 4 ? std::optional<std::string>{argv[3]} : std::nullopt);
+  std::vector<std::string> args(argv + 2, argv + argc);
+  std::string out;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i] == "--out") {
+      if (i + 1 == args.size())
+        throw usage_error(std::string{"--out needs a directory\n"} + cluster_usage);
+      out = args[i + 1];
+      args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
+      --i;
+    } else if (args[i] == "--help" || args[i] == "-h") {
+      std::cout << cluster_usage << "\n";
+      return 0;
+    }
+  if (args.empty())
+    throw usage_error(cluster_usage);
+  auto verb = args[0];
+  bool named = verb == "add-node" || verb == "add-driver" || verb == "revoke";
+  if ((verb != "init" && !named) || (named && args.size() < 2)
+      || args.size() > (named ? 3u : 2u) || (!out.empty() && (verb == "init" || verb == "revoke")))
+    throw usage_error(cluster_usage);
+  auto dir_arg = args.size() > (named ? 2u : 1u) ? std::optional<std::string>{args.back()}
+                                                 : std::nullopt;
+  auto dir = cluster_dir(dir_arg);
   try {
-    auto c = init_cluster(dir);
-    std::cout << fmt::format(
-        "created the cluster's credentials in {}:\n  ca.pem, ca.key      the cluster's CA (keep "
-        "ca.key private)\n  member.pem, member.key  presented by node agents and drivers\n"
-        "Copy {} (without ca.key) to every host and use --cluster-dir or CAF_HVD_CLUSTER_DIR.\n",
-        c.dir, c.dir);
+    if (verb == "init") {
+      init_cluster(dir);
+      std::cout << fmt::format(
+          "created the cluster's credentials in {}:\n"
+          "  ca.pem, ca.key          the cluster's CA (keep ca.key on this machine only)\n"
+          "  node.pem, node.key      a node agent's certificate (role node: accepts drivers)\n"
+          "  driver.pem, driver.key  a driver's certificate (role driver: drives node agents)\n"
+          "On a trusted single machine, use {} as it is. For a cluster, give each host its own "
+          "directory with 'caf-hvd cluster add-node HOST' and each head node one with "
+          "'caf-hvd cluster add-driver NAME', and pass it with --cluster-dir or "
+          "CAF_HVD_CLUSTER_DIR.\n",
+          dir, dir);
+    } else if (verb == "revoke") {
+      auto serials = revoke_credentials(dir, args[1]);
+      std::cout << fmt::format(
+          "revoked {} certificate(s) named '{}' (serial {}); {}/crl.pem now lists them.\n"
+          "Copy crl.pem into the cluster directory of every host and head node, then send "
+          "SIGHUP to running node agents (drivers read it when they start).\n",
+          serials.size(), args[1], fmt::join(serials, ", "), dir);
+    } else {
+      auto role = verb == "add-node" ? cert_role::node : cert_role::driver;
+      auto target = issue_credentials(dir, role, args[1], out);
+      std::cout << fmt::format(
+          "issued a {} certificate for '{}' in {} (ca.pem, {}.pem, {}.key{}).\n"
+          "Copy that directory to the {} and pass it with --cluster-dir or "
+          "CAF_HVD_CLUSTER_DIR.\n",
+          to_string(role), args[1], target, to_string(role), to_string(role),
+          ::access((target + "/crl.pem").c_str(), F_OK) == 0 ? ", crl.pem" : "",
+          role == cert_role::node ? "host" : "head node");
+    }
   } catch (const credentials_error& e) {
     throw std::runtime_error(e.what());
   }
@@ -293,7 +356,7 @@ int run_node(int argc, char** argv) {
     inventory = detect_gpus();
   }
 
-  auto creds = credentials_for(vm, cluster, "node");
+  auto creds = credentials_for(vm, cluster, cert_role::node);
 
   block_termination_signals();
   hvd_config cfg;
@@ -340,12 +403,36 @@ int run_node(int argc, char** argv) {
         std::cerr << fmt::format("caf-hvd node '{}': stdin ended (the session that started it "
                                  "is gone)\n",
                                  name);
-        ::kill(::getpid(), SIGHUP);
+        ::kill(::getpid(), SIGTERM);
       }}.detach();
     }
+    // SIGHUP re-reads the credentials (a new crl.pem); SIGINT and SIGTERM stop the agent.
     auto set = termination_signals();
     int sig = 0;
-    while (sigwait(&set, &sig) != 0) {
+    while (true) {
+      if (sigwait(&set, &sig) != 0)
+        continue;
+      if (sig != SIGHUP)
+        break;
+      if (!creds) {
+        std::cerr << fmt::format("caf-hvd node '{}': SIGHUP: nothing to reload (--insecure)\n",
+                                 name);
+        continue;
+      }
+      try {
+        // The same checks as at the start (a list not signed by the CA, this agent's
+        // own certificate revoked) before the new list takes effect.
+        auto fresh = load_cluster(creds->dir, creds->role);
+        tls::install({fresh, [](const std::string& line) {
+                        std::fprintf(stderr, "caf-hvd: %s\n", line.c_str());
+                      }});
+        std::cerr << fmt::format("caf-hvd node '{}': SIGHUP: reloaded the credentials in {}{}\n",
+                                 name, creds->dir,
+                                 fresh.crl.empty() ? "" : " (revocation list " + fresh.crl + ")");
+      } catch (const std::exception& e) {
+        std::cerr << fmt::format("caf-hvd node '{}': SIGHUP: kept the previous credentials: {}\n",
+                                 name, e.what());
+      }
     }
     std::cerr << fmt::format("caf-hvd node '{}': {} received, stopping its jobs' ranks\n", name,
                              strsignal(sig));
@@ -985,7 +1072,7 @@ int run_job(int argc, char** argv, bool embedded) {
 
   std::optional<cluster_credentials> creds;
   if (!embedded) {
-    creds = credentials_for(vm, o.cluster, "driver");
+    creds = credentials_for(vm, o.cluster, cert_role::driver);
     job.tls = creds.has_value();
   }
   std::unique_ptr<srun_agents> step;
@@ -1190,7 +1277,7 @@ void print_usage(std::ostream& os) {
      << "  caf-hvd driver -np N -H HOST:SLOTS,... [options] -- COMMAND [ARGS...]\n"
      << "  caf-hvd driver --host-discovery-script PATH --min-np N [options] -- COMMAND\n"
      << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--bind ADDR]\n"
-     << "  caf-hvd cluster init [DIR]                          create a cluster's credentials\n"
+     << "  caf-hvd cluster init|add-node|add-driver|revoke ... a cluster's credentials\n"
      << "  caf-hvd timeline EVENTS -o OUT.html|OUT.json        draw a job's event log\n"
      << "  caf-hvd hosts [-H SPEC | --hostfile FILE]           the hosts a job would use\n"
      << "  caf-hvd --version\n\n"

@@ -7,6 +7,13 @@
 // shuts down connections whose handshake has not finished after 5 s, which makes CAF's
 // next SSL_accept on them fail and the module close them.
 //
+// CAF's module also builds a new SSL_CTX from the files for every connection and has no
+// verify hook: SSL_CTX_new hands it the process's shared context instead
+// (runtime/tls_context: built once, roles and revocation checked in the handshake), and
+// the module's calls that would configure it (certificate, key, CA, verify mode, ciphers)
+// leave it as it is. Refused handshakes are logged with the reason the verify callback
+// found, and on the connecting side recorded for the driver's error message.
+//
 // The same wrappers (SSL_accept, SSL_connect, SSL_read, SSL_write) empty the thread's
 // OpenSSL error queue before each call, as OpenSSL requires. CAF drains the queue only
 // inside a log statement, which Debian's build compiles out, so one failed handshake
@@ -25,6 +32,8 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+
+#include "runtime/tls_context.hpp"
 
 namespace {
 
@@ -99,20 +108,105 @@ void track(SSL* ssl, bool done) {
   }
 }
 
+// "ip:port" of a socket's peer ("[ip]:port" for IPv6), or "unknown peer".
+std::string peer_name(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return "unknown peer";
+  char ip[INET6_ADDRSTRLEN] = {};
+  char out[INET6_ADDRSTRLEN + 10];
+  if (ss.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    std::snprintf(out, sizeof(out), "%s:%u", ip, ntohs(in->sin_port));
+  } else if (ss.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    bool mapped = IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr); // a dual-stack port's IPv4 peer
+    if (mapped)
+      inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], ip, sizeof(ip));
+    else
+      inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+    std::snprintf(out, sizeof(out), mapped ? "%s:%u" : "[%s]:%u", ip, ntohs(in6->sin6_port));
+  } else {
+    return "unknown peer";
+  }
+  return out;
+}
+
+// On the connecting side a refusal shows in SSL_connect (this process refused the peer's
+// certificate) or, with TLS 1.3, in the first read (the peer's alert about ours).
+void note_client_failure(SSL* ssl, int rc) {
+  if (SSL_is_server(ssl))
+    return;
+  int err = SSL_get_error(ssl, rc);
+  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_ZERO_RETURN)
+    return;
+  auto why = cafhvd::tls::refusal(ssl);
+  if (why.empty())
+    why = cafhvd::tls::explain_alert(ERR_peek_last_error());
+  if (!why.empty())
+    cafhvd::tls::record_failure(peer_name(SSL_get_fd(ssl)), why);
+}
+
+template <class Fn> Fn real_fn(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
 } // namespace
+
+extern "C" SSL_CTX* SSL_CTX_new(const SSL_METHOD* method) {
+  static auto real = real_fn<SSL_CTX* (*)(const SSL_METHOD*)>("SSL_CTX_new");
+  if (auto* shared = cafhvd::tls::acquire_shared())
+    return shared;
+  return real(method);
+}
+
+extern "C" int SSL_CTX_use_certificate_chain_file(SSL_CTX* ctx, const char* file) {
+  static auto real = real_fn<int (*)(SSL_CTX*, const char*)>("SSL_CTX_use_certificate_chain_file");
+  return cafhvd::tls::is_ours(ctx) ? 1 : real(ctx, file);
+}
+
+extern "C" int SSL_CTX_use_PrivateKey_file(SSL_CTX* ctx, const char* file, int type) {
+  static auto real = real_fn<int (*)(SSL_CTX*, const char*, int)>("SSL_CTX_use_PrivateKey_file");
+  return cafhvd::tls::is_ours(ctx) ? 1 : real(ctx, file, type);
+}
+
+extern "C" int SSL_CTX_load_verify_locations(SSL_CTX* ctx, const char* file, const char* path) {
+  static auto real =
+      real_fn<int (*)(SSL_CTX*, const char*, const char*)>("SSL_CTX_load_verify_locations");
+  return cafhvd::tls::is_ours(ctx) ? 1 : real(ctx, file, path);
+}
+
+extern "C" void SSL_CTX_set_verify(SSL_CTX* ctx, int mode, SSL_verify_cb cb) {
+  static auto real = real_fn<void (*)(SSL_CTX*, int, SSL_verify_cb)>("SSL_CTX_set_verify");
+  if (!cafhvd::tls::is_ours(ctx))
+    real(ctx, mode, cb);
+}
+
+extern "C" int SSL_CTX_set_cipher_list(SSL_CTX* ctx, const char* list) {
+  static auto real = real_fn<int (*)(SSL_CTX*, const char*)>("SSL_CTX_set_cipher_list");
+  return cafhvd::tls::is_ours(ctx) ? 1 : real(ctx, list);
+}
 
 extern "C" int SSL_connect(SSL* ssl) {
   using fn = int (*)(SSL*);
   static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_connect"));
   ERR_clear_error();
-  return real(ssl);
+  int rc = real(ssl);
+  if (rc <= 0)
+    note_client_failure(ssl, rc);
+  return rc;
 }
 
 extern "C" int SSL_read(SSL* ssl, void* buf, int num) {
   using fn = int (*)(SSL*, void*, int);
   static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_read"));
   ERR_clear_error();
-  return real(ssl, buf, num);
+  int rc = real(ssl, buf, num);
+  if (rc <= 0)
+    note_client_failure(ssl, rc);
+  return rc;
 }
 
 extern "C" int SSL_write(SSL* ssl, const void* buf, int num) {
@@ -137,21 +231,7 @@ extern "C" int SSL_accept(SSL* ssl) {
     return rc;
   }
   track(ssl, true);
-  char peer[INET6_ADDRSTRLEN + 8] = "unknown peer";
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  if (getpeername(SSL_get_fd(ssl), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-    char ip[INET6_ADDRSTRLEN] = {};
-    if (ss.ss_family == AF_INET) {
-      auto* in = reinterpret_cast<sockaddr_in*>(&ss);
-      inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
-      std::snprintf(peer, sizeof(peer), "%s:%u", ip, ntohs(in->sin_port));
-    } else if (ss.ss_family == AF_INET6) {
-      auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
-      inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
-      std::snprintf(peer, sizeof(peer), "[%s]:%u", ip, ntohs(in6->sin6_port));
-    }
-  }
+  auto peer = peer_name(SSL_get_fd(ssl));
   auto code = ERR_peek_last_error();
   // A peer that connects and leaves without a byte (a driver's reachability check, a
   // port scan) is not an admission attempt: OpenSSL reports an unexpected EOF, or, when
@@ -160,11 +240,16 @@ extern "C" int SSL_accept(SSL* ssl) {
     return rc;
   char reason[256];
   ERR_error_string_n(code, reason, sizeof(reason));
+  auto why = cafhvd::tls::refusal(ssl);
   unsigned suppressed = 0;
   if (may_log(suppressed)) {
     if (suppressed)
       std::fprintf(stderr, "caf-hvd node: %u further refusals were not logged\n", suppressed);
-    std::fprintf(stderr, "caf-hvd node: refused %s: TLS handshake failed (%s)\n", peer, reason);
+    if (!why.empty())
+      std::fprintf(stderr, "caf-hvd node: refused %s: %s\n", peer.c_str(), why.c_str());
+    else
+      std::fprintf(stderr, "caf-hvd node: refused %s: TLS handshake failed (%s)\n", peer.c_str(),
+                   reason);
   }
   return rc;
 }

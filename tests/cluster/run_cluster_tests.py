@@ -459,14 +459,14 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             self.assert_fails(["node", "--cluster-dir", missing], 1,
                               f"no cluster credentials in {missing}", "caf-hvd cluster init")
             c = make_cluster(os.path.join(d, "c"))
-            os.chmod(os.path.join(c, "member.key"), 0o644)
-            self.assert_fails(["node", "--cluster-dir", c], 1, "member.key is accessible by "
+            os.chmod(os.path.join(c, "node.key"), 0o644)
+            self.assert_fails(["node", "--cluster-dir", c], 1, "node.key is accessible by "
                               "other users (mode 644)")
-            os.chmod(os.path.join(c, "member.key"), 0o600)
-            with open(os.path.join(c, "member.pem"), "w") as f:
+            os.chmod(os.path.join(c, "node.key"), 0o600)
+            with open(os.path.join(c, "driver.pem"), "w") as f:
                 f.write("not a certificate\n")
             self.assert_fails(["driver", "--cluster-dir", c, "-np", "1", "-H", "127.0.0.1:1",
-                               "--", "true"], 1, "member.pem is not a PEM certificate")
+                               "--", "true"], 1, "driver.pem is not a PEM certificate")
             self.assert_fails(["cluster", "init", c], 1, "refusing to overwrite")
         self.assert_fails(["node", "--insecure", "--cluster-dir", "/x"], 2, "exclude each other")
 
