@@ -7,9 +7,11 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -416,6 +418,137 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         log = self.node_log("guarded")
         self.assertIn("refused", log)
         self.assertIn("wrong version number", log)
+
+    def cluster_cmd(self, *args):
+        r = subprocess.run([harness.CAF_HVD, "cluster", *args], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_certificate_roles_and_revocation(self):
+        with tempfile.TemporaryDirectory() as d:
+            c = make_cluster(os.path.join(d, "c"))
+            self.cluster_cmd("add-node", "h1", c)
+            self.cluster_cmd("add-node", "h2", c)
+            for who in ("alice", "bob"):
+                self.cluster_cmd("add-driver", who, c, "--out", f"{d}/{who}")
+            h1, h2 = f"{c}/issued/h1", f"{c}/issued/h2"
+            self.c.node("h1", extra=["--cluster-dir", h1])
+            port = self.c.nodes["h1"][1]
+            spec = self.c.spec("h1", 1)
+            touch = ["--", "touch", f"/tmp/pwned.{self.marker}"]
+
+            def drive(creds, *cmd):
+                return self.c.run(["driver", "--cluster-dir", creds, "-np", "1", "-H", spec,
+                                   *(cmd or touch)])
+
+            rc, out, err = drive(f"{d}/alice", "--", "echo", "alice")
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(rank_lines(out)[0], ["alice"])
+
+            # h2's node key, stolen, cannot drive h1: the handshake refuses it.
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            ctx.load_verify_locations(f"{c}/ca.pem")
+            ctx.load_cert_chain(f"{h2}/node.pem", f"{h2}/node.key")
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                with self.assertRaises((ssl.SSLError, OSError)):
+                    with ctx.wrap_socket(raw) as t:
+                        t.sendall(b"\0" * 64)
+                        if not t.recv(1):  # TLS 1.3: the refusal arrives with the first read
+                            raise OSError("closed")
+            # caf-hvd itself will not drive with a node directory.
+            rc, _, err = drive(h2)
+            self.assertEqual(rc, 1, err)
+            self.assertIn("holds no driver certificate", err)
+
+            # A "node agent" presenting a driver certificate is refused by the driver.
+            server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            server.load_cert_chain(f"{d}/bob/driver.pem", f"{d}/bob/driver.key")
+            server.load_verify_locations(f"{c}/ca.pem")
+            server.verify_mode = ssl.CERT_REQUIRED
+            fake = socket.create_server(("127.0.0.1", 0))
+            fake.settimeout(20)
+
+            def serve():
+                for _ in range(3):  # the reachability check, then the handshake
+                    try:
+                        conn, _ = fake.accept()
+                    except OSError:
+                        return
+                    try:
+                        with server.wrap_socket(conn, server_side=True) as t:
+                            t.recv(1)
+                    except (ssl.SSLError, OSError):
+                        pass
+
+            threading.Thread(target=serve, daemon=True).start()
+            try:
+                rc, _, err = self.c.run(["driver", "--cluster-dir", f"{d}/alice", "-np", "1",
+                                         "-H", f"127.0.0.1:{fake.getsockname()[1]}:1", *touch])
+            finally:
+                fake.close()
+            self.assertEqual(rc, 1, err)
+            self.assertIn("certificate 'bob' is a driver certificate; a driver connects only to "
+                          "node agents", err)
+
+            # Revoked: bob is refused once the agent reloads the list; alice still drives,
+            # and the agent keeps running.
+            out = self.cluster_cmd("revoke", "bob", c)
+            self.assertIn("revoked 1 certificate(s) named 'bob'", out)
+            self.assertTrue(os.path.exists(f"{h1}/crl.pem"))
+            rc, _, err = drive(f"{d}/bob", "--", "echo", "before-reload")
+            self.assertEqual(rc, 0, err)  # the agent has not read the new list yet
+            agent = self.c.nodes["h1"][0]
+            os.kill(agent.pid, signal.SIGHUP)
+            log = ""
+            deadline = time.monotonic() + 10
+            while "reloaded the credentials" not in log and time.monotonic() < deadline:
+                time.sleep(0.1)
+                log += self.node_log("h1")
+            self.assertIn("reloaded the credentials", log)
+            rc, _, err = drive(f"{d}/bob")
+            self.assertEqual(rc, 1, err)
+            self.assertIn("the node agent refused this driver's certificate: the cluster "
+                          "revoked it", err)
+            rc, out, err = drive(f"{d}/alice", "--", "echo", "still")
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(rank_lines(out)[0], ["still"])
+            self.assertIsNone(agent.poll())
+            log += self.node_log("h1")
+            self.assertIn("certificate 'h2' is a node certificate; only drivers", log)
+            self.assertRegex(log, r"certificate 'bob' \(serial [0-9A-F]+\) is revoked")
+            self.assertFalse(os.path.exists(f"/tmp/pwned.{self.marker}"))
+
+    def test_pre_role_member_certificates_work_with_a_warning(self):
+        if not shutil.which("openssl"):
+            self.skipTest("the openssl command is needed to make a pre-role certificate")
+        with tempfile.TemporaryDirectory() as d:
+            c = make_cluster(os.path.join(d, "c"))
+            old = os.path.join(d, "old")
+            os.mkdir(old, 0o700)
+            shutil.copy(f"{c}/ca.pem", old)
+            with open(f"{d}/ext", "w") as f:
+                f.write("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                        "extendedKeyUsage=serverAuth,clientAuth\n")
+            subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt",
+                            "ec_paramgen_curve:P-256", "-nodes", "-keyout", f"{old}/member.key",
+                            "-subj", "/O=caf-hvd cluster/CN=caf-hvd member", "-out", f"{d}/csr"],
+                           check=True, capture_output=True)
+            subprocess.run(["openssl", "x509", "-req", "-in", f"{d}/csr", "-CA", f"{c}/ca.pem",
+                            "-CAkey", f"{c}/ca.key", "-set_serial", "0x51", "-days", "30",
+                            "-extfile", f"{d}/ext", "-out", f"{old}/member.pem"],
+                           check=True, capture_output=True)
+            os.chmod(f"{old}/member.key", 0o600)
+            self.cluster_cmd("add-node", "fresh", c)
+            self.c.node("fresh", extra=["--cluster-dir", f"{c}/issued/fresh"])
+            rc, out, err = self.c.run(["driver", "--cluster-dir", old, "-np", "1", "-H",
+                                       self.c.spec("fresh", 1), "--", "echo", "legacy"])
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(rank_lines(out)[0], ["legacy"])
+            self.assertIn("member.pem is a pre-role member certificate", err)
+            time.sleep(0.2)
+            self.assertIn("presented a pre-role member certificate ('caf-hvd member', serial 51)",
+                          self.node_log("fresh"))
 
     def test_insecure_on_both_sides_works_with_a_warning(self):
         p = self.c.start(["node", "--port", "0", "--name", "open", "--bind", "127.0.0.1",
