@@ -10,8 +10,13 @@ uint64_t kv_store::init(const std::vector<slot_info>& plan) {
   data_.clear();
   finished_.clear();
   sizes_.clear();
+  hosts_.clear();
   total_ = 0;
+  keys_ = 0;
   for (auto& s : plan) {
+    for (auto scope :
+         {std::string{"global"}, "local_" + s.hostname, "cross_" + std::to_string(s.local_rank)})
+      hosts_[scope].insert(s.hostname);
     sizes_["global"] = s.size;
     sizes_["local_" + s.hostname] = s.local_size;
     sizes_["cross_" + std::to_string(s.local_rank)] = s.cross_size;
@@ -28,9 +33,15 @@ kv_store::put_result kv_store::put(const std::string& scope, const std::string& 
   auto& s = data_[scope];
   auto it = s.find(key);
   size_t old = it == s.end() ? 0 : it->second.size();
-  if (total_ - old + value.size() > limits_.max_total)
+  if (total_ - old + value.size() > limits_.max_total
+      || (it == s.end() && keys_ >= limits_.max_keys)) {
+    if (s.empty())
+      data_.erase(scope);
     return put_result::store_full;
+  }
   total_ = total_ - old + value.size();
+  if (it == s.end())
+    ++keys_;
   auto& slot = s[key];
   slot = std::move(value);
   // Wake waiters of this key; collect first, since a callback may touch the store.
@@ -63,6 +74,7 @@ std::optional<kv_store::bytes> kv_store::get(const std::string& scope,
 void kv_store::erase_key(std::map<std::string, bytes>& scope,
                          std::map<std::string, bytes>::iterator it) {
   total_ -= it->second.size();
+  --keys_;
   scope.erase(it);
 }
 
@@ -76,6 +88,7 @@ void kv_store::finish(const std::string& scope, const std::string& key) {
       if (s != data_.end()) {
         for (auto& [k, v] : s->second)
           total_ -= v.size();
+        keys_ -= s->second.size();
         data_.erase(s);
       }
       finished_.erase(scope);
@@ -123,6 +136,11 @@ std::optional<int> kv_store::scope_size(const std::string& scope) const {
   if (it == sizes_.end())
     return std::nullopt;
   return it->second;
+}
+
+const std::set<std::string>* kv_store::scope_hosts(const std::string& scope) const {
+  auto it = hosts_.find(scope);
+  return it == hosts_.end() ? nullptr : &it->second;
 }
 
 std::vector<std::pair<std::string, kv_store::bytes>>

@@ -26,8 +26,9 @@ public:
   using waiter_fn = std::function<void(const std::optional<bytes>&)>;
 
   struct limits {
-    size_t max_value = 16u << 20; // one value
-    size_t max_total = 1u << 30;  // all values together
+    size_t max_value = 16u << 20;  // one value
+    size_t max_total = 256u << 20; // all values together (the job's byte budget)
+    size_t max_keys = 1u << 20;    // all keys together (the job's key budget)
   };
 
   kv_store() = default;
@@ -57,6 +58,10 @@ public:
 
   uint64_t generation() const { return generation_; }
   std::optional<int> scope_size(const std::string& scope) const;
+  /// The hosts whose ranks use a planned scope (`global`: all; `local_<h>`: h;
+  /// `cross_<k>`: those with a local rank k), or nullptr for an ad-hoc scope.
+  const std::set<std::string>* scope_hosts(const std::string& scope) const;
+  size_t total_keys() const { return keys_; }
   size_t total_bytes() const { return total_; }
   size_t key_count(const std::string& scope) const;
 
@@ -70,8 +75,10 @@ private:
   limits limits_;
   uint64_t generation_ = 0;
   size_t total_ = 0;
+  size_t keys_ = 0;
   std::map<std::string, std::map<std::string, bytes>> data_;
   std::map<std::string, int> sizes_;
+  std::map<std::string, std::set<std::string>> hosts_;
   std::map<std::string, std::set<std::string>> finished_;
   std::map<uint64_t, waiter> waiters_;
   // (scope, key) -> its waiters in the order they came: a PUT wakes only these

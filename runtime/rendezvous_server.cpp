@@ -198,12 +198,11 @@ struct rendezvous_server::impl {
   std::map<net::ip::address, size_t> conns_of, polls_of; // per client (not loopback)
   std::atomic<uint64_t> requests{0}, rejected{0}, refused{0}, accept_errors{0}, held_refused{0},
       polls_cut{0}, strangers{0};
-  void refuse_stranger(const std::string& addr, const std::string& what) {
+  void refuse_stranger(const std::string& addr, const std::string& what,
+                       const char* why = "not an address of this job's hosts") {
     ++strangers;
     if (opts.on_refused && opts.allowlist->first_refusal("rendezvous", addr + what))
-      opts.on_refused(fmt::format("the rendezvous server refused {} from {}: not an address of "
-                                  "this job's hosts",
-                                  what, addr));
+      opts.on_refused(fmt::format("the rendezvous server refused {} from {}: {}", what, addr, why));
   }
   std::atomic<size_t> now_connections{0}, now_held{0}, now_polls{0};
   rendezvous_options opts;
@@ -249,8 +248,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
 
   session(impl& s, tcp::socket sock, net::ip::address from)
       : srv(s), client(from), counted_client(!(s.opts.loopback_exempt && from.is_loopback())),
-        stream(std::move(sock)),
-        wait_timer(srv.io) {
+        stream(std::move(sock)), wait_timer(srv.io) {
     ++srv.connections;
     if (counted_client)
       ++srv.conns_of[client];
@@ -345,6 +343,18 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       if (parse_elastic_target(std::string_view{raw.data(), raw.size()}, keep))
         return;
     }
+    if (srv.opts.allowlist
+        && (req.method() == http::verb::put || req.method() == http::verb::delete_)) {
+      // A planned scope is written only by the hosts whose ranks use it.
+      auto t = parse_target(std::string_view{raw.data(), raw.size()});
+      if (t && !writes_allowed(t->scope)) {
+        srv.refuse_stranger(client.to_string(), fmt::format("a write to scope {}", t->scope),
+                            "not an address of the hosts whose ranks use that scope");
+        ++srv.rejected;
+        return reply(http::status::forbidden,
+                     fmt::format("scope {} is written only by its own hosts\n", t->scope), keep);
+      }
+    }
     auto a = answer_request(srv.store, std::string_view{verb.data(), verb.size()},
                             std::string_view{raw.data(), raw.size()}, std::move(req.body()),
                             req.has_content_length() || req.chunked());
@@ -424,6 +434,15 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       self->reply(http::status::ok, self->srv.update_text, self->keep_alive);
     });
     return true;
+  }
+
+  bool writes_allowed(const std::string& scope) const {
+    auto* hosts = srv.store.scope_hosts(scope);
+    if (!hosts)
+      return true; // an ad-hoc scope: any client of the job
+    auto addr = client.to_string();
+    return std::any_of(hosts->begin(), hosts->end(),
+                       [&](auto& h) { return srv.opts.allowlist->speaks_for(h, addr); });
   }
 
   // Every key of the scope, framed as <len>:<key><len>:<value>... (our own clients

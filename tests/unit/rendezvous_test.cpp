@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <dirent.h>
+#include <set>
 #include <vector>
 #include <sys/socket.h>
 #include <thread>
@@ -123,6 +124,36 @@ TEST_CASE("store: waiters get the value when it is put; limits hold") {
   CHECK(s.put("g", "big", std::string(11, 'x')) == kv_store::put_result::too_large);
   CHECK(s.put("g", "k2", std::string(10, 'x')) == kv_store::put_result::store_full);
   CHECK(s.put("g", "k", std::string(10, 'x')) == kv_store::put_result::ok); // replaces
+}
+
+TEST_CASE("store: the job's key budget holds, and finished keys give theirs back") {
+  kv_store s{kv_store::limits{10, 1000, 3}};
+  s.init(plan_3_plus_1());
+  CHECK(s.put("global", "0", "a") == kv_store::put_result::ok);
+  CHECK(s.put("global", "1", "b") == kv_store::put_result::ok);
+  CHECK(s.put("adhoc", "0", "c") == kv_store::put_result::ok);
+  CHECK(s.put("adhoc", "1", "d") == kv_store::put_result::store_full);
+  CHECK(s.key_count("adhoc") == 1);
+  CHECK(s.put("global", "1", "e") == kv_store::put_result::ok); // replacing costs no key
+  CHECK(s.total_keys() == 3);
+  s.finish("adhoc", "0"); // an ad-hoc scope's rank deletes its keys
+  CHECK(s.total_keys() == 2);
+  CHECK(s.put("adhoc", "1", "d") == kv_store::put_result::ok);
+  for (auto r : {"0", "1", "2", "3"})
+    s.finish("global", r); // every rank finished: the scope is cleared
+  CHECK(s.total_keys() == 1);
+  s.init(plan_3_plus_1());
+  CHECK(s.total_keys() == 0);
+}
+
+TEST_CASE("store: the hosts of each planned scope") {
+  kv_store s;
+  s.init(get_host_assignments({{"A", 1}, {"B", 2}}, 3));
+  CHECK(*s.scope_hosts("global") == std::set<std::string>{"A", "B"});
+  CHECK(*s.scope_hosts("local_B") == std::set<std::string>{"B"});
+  CHECK(*s.scope_hosts("cross_0") == std::set<std::string>{"A", "B"});
+  CHECK(*s.scope_hosts("cross_1") == std::set<std::string>{"B"});
+  CHECK(s.scope_hosts("runfunc") == nullptr);
 }
 
 TEST_CASE("store: a PUT wakes its key's waiters in the order they came, and no others") {
@@ -389,8 +420,9 @@ TEST_CASE("server: only the job's hosts connect, and a vote only from the host i
   {
     std::lock_guard g{m};
     REQUIRE(reported.size() == 1);
-    CHECK(reported[0] == "the rendezvous server refused a vote for host B from 127.0.0.1: not an "
-                         "address of this job's hosts");
+    CHECK(reported[0]
+          == "the rendezvous server refused a vote for host B from 127.0.0.1: not an "
+             "address of this job's hosts");
   }
   // a server whose job has no host at this address closes the connection unanswered
   auto strict = std::make_shared<address_allowlist>(false);
@@ -407,6 +439,38 @@ TEST_CASE("server: only the job's hosts connect, and a vote only from the host i
   o3.allowlist = std::make_shared<address_allowlist>();
   rendezvous_server own{o3};
   CHECK(status_of(request(own.port(), "GET", "/x/y")) == 404);
+}
+
+TEST_CASE("server: a planned scope is written only by the hosts whose ranks use it") {
+  auto allow = std::make_shared<address_allowlist>(false); // loopback plays host A
+  allow->add_host("A", {"127.0.0.1"});
+  allow->add_host("B", {"10.99.0.2"});
+  std::vector<std::string> reported;
+  std::mutex m;
+  rendezvous_options o;
+  o.allowlist = allow;
+  o.on_refused = [&](const std::string& what) {
+    std::lock_guard g{m};
+    reported.push_back(what);
+  };
+  rendezvous_server srv{o};
+  srv.init(get_host_assignments({{"A", 1}, {"B", 2}}, 3));
+  CHECK(status_of(request(srv.port(), "PUT", "/global/0", "a")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/local_A/0", "a")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_0/0", "a")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/runfunc/func", "f")) == 200); // ad hoc
+  auto forged = request(srv.port(), "PUT", "/local_B/1", "poison");
+  CHECK(status_of(forged) == 403);
+  CHECK(body_of(forged) == "scope local_B is written only by its own hosts\n");
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_1/0", "poison")) == 403);
+  CHECK(status_of(request(srv.port(), "DELETE", "/local_B/1")) == 403);
+  CHECK(status_of(request(srv.port(), "GET", "/local_B/1")) == 404); // nothing was written
+  CHECK(status_of(request(srv.port(), "GET", "/local_A/0")) == 200); // reading is allowed
+  std::lock_guard g{m};
+  REQUIRE(reported.size() == 2); // once per address and scope
+  CHECK(reported[0]
+        == "the rendezvous server refused a write to scope local_B from 127.0.0.1: "
+           "not an address of the hosts whose ranks use that scope");
 }
 
 TEST_CASE("server: binding to a bad address is an error that names it") {
