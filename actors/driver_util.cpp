@@ -100,6 +100,11 @@ std::string loopback_name(const node_info& info) {
 }
 
 std::string torch_store_problem_message(const std::string& problem) {
+  if (problem.find("over the job's torch store budget") != std::string::npos)
+    return fmt::format("caf-hvd: error: torch store {}\n"
+                       "caf-hvd: that client's connection was closed; the store and the job's "
+                       "other clients go on\n",
+                       problem);
   return fmt::format("caf-hvd: error: torch store {}\n"
                      "caf-hvd: the program's torch speaks a store protocol that caf-hvd's torch "
                      "store does not support; rerun with --torch-store off (rank 0 then starts "

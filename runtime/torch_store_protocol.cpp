@@ -167,6 +167,43 @@ size_t torch_store_core::waiting_count() const {
 void torch_store_core::clear() {
   data_.clear();
   queues_.clear();
+  bytes_ = 0;
+  items_ = 0;
+}
+
+void torch_store_core::charge(uint64_t add_bytes, uint64_t add_items, const std::string& key) {
+  if (bytes_ + add_bytes > limits_.max_total || items_ + add_items > limits_.max_keys)
+    throw protocol_error(fmt::format(
+        "a write to key '{}' is over the job's torch store budget ({} bytes in {} keys and "
+        "queued items stored; limits {} bytes, {} keys)",
+        key.substr(0, 64), bytes_, items_, limits_.max_total, limits_.max_keys));
+  bytes_ += add_bytes;
+  items_ += add_items;
+}
+
+void torch_store_core::assign(const std::string& key, std::string value) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    charge(key.size() + value.size(), 1, key);
+    data_.emplace(key, std::move(value));
+    return;
+  }
+  auto old = it->second.size();
+  if (value.size() > old)
+    charge(value.size() - old, 0, key);
+  else
+    bytes_ -= old - value.size();
+  it->second = std::move(value);
+}
+
+size_t torch_store_core::erase(const std::string& key) {
+  auto it = data_.find(key);
+  if (it == data_.end())
+    return 0;
+  bytes_ -= key.size() + it->second.size();
+  --items_;
+  data_.erase(it);
+  return 1;
 }
 
 bool torch_store_core::present(const std::string& key) const {
@@ -317,7 +354,7 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
     std::string k, v;
     if (!cur.key(k) || !cur.val(v))
       return step::need_more;
-    data_[k] = std::move(v);
+    assign(k, std::move(v));
     key_changed(k, out);
     return answer();
   }
@@ -328,7 +365,7 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
     auto it = data_.find(k);
     if (it == data_.end()) {
       if (expected.empty()) {
-        data_[k] = desired;
+        assign(k, desired);
         put_bytes(reply, desired);
         key_changed(k, out);
       } else {
@@ -336,8 +373,8 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
       }
     } else {
       if (it->second == expected)
-        it->second = desired;
-      put_bytes(reply, it->second);
+        assign(k, desired);
+      put_bytes(reply, data_.at(k));
       key_changed(k, out);
     }
     return answer();
@@ -360,7 +397,7 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
       throw protocol_error(fmt::format("ADD to key '{}', whose value is not a number", k));
     if (__builtin_add_overflow(now, delta, &now))
       throw protocol_error(fmt::format("ADD to key '{}' overflows int64", k));
-    data_[k] = std::to_string(now);
+    assign(k, std::to_string(now));
     put<int64_t>(reply, now);
     key_changed(k, out);
     return answer();
@@ -390,18 +427,24 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
     std::string k;
     if (!cur.key(k))
       return step::need_more;
-    put<int64_t>(reply, static_cast<int64_t>(data_.erase(k)));
+    put<int64_t>(reply, static_cast<int64_t>(erase(k)));
     return answer();
   }
   case op::append: {
     std::string k, v;
     if (!cur.key(k) || !cur.val(v))
       return step::need_more;
-    auto& slot = data_[k];
-    if (slot.size() + v.size() > limits_.max_value)
+    auto it = data_.find(k);
+    size_t now = it == data_.end() ? 0 : it->second.size();
+    if (now + v.size() > limits_.max_value)
       throw protocol_error(
           fmt::format("APPEND makes key '{}' longer than {} bytes", k, limits_.max_value));
-    slot += v;
+    if (it == data_.end()) {
+      assign(k, std::move(v));
+    } else {
+      charge(v.size(), 0, k);
+      it->second += v;
+    }
     key_changed(k, out);
     return answer();
   }
@@ -424,7 +467,7 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
       if (!cur.key(k) || !cur.val(v))
         return step::need_more;
     for (auto& [k, v] : kvs) {
-      data_[k] = std::move(v);
+      assign(k, std::move(v));
       key_changed(k, out);
     }
     return answer();
@@ -437,6 +480,7 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
     std::string k, v;
     if (!cur.key(k) || !cur.val(v))
       return step::need_more;
+    charge(k.size() + v.size(), 1, k);
     queues_[k].push_back(std::move(v));
     queue_pushed(k, out);
     return answer();
@@ -450,6 +494,8 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
     put<int64_t>(reply, size);
     if (size > 0) {
       put_bytes(reply, it->second.front());
+      bytes_ -= k.size() + it->second.front().size();
+      --items_;
       it->second.pop_front();
       if (it->second.empty())
         queues_.erase(it);
@@ -479,7 +525,7 @@ torch_store_core::step torch_store_core::one_query(conn_id c, connection& cn, cu
       throw protocol_error(fmt::format("BARRIER on key '{}', whose value is not a number", k));
     if (__builtin_add_overflow(count, 1, &count))
       throw protocol_error(fmt::format("BARRIER on key '{}' overflows int64", k));
-    data_[k] = std::to_string(count);
+    assign(k, std::to_string(count));
     if (count >= world) {
       key_changed(k, out); // releases the members that arrived before
       reply.push_back(stop_waiting);

@@ -53,6 +53,10 @@ struct torch_store_limits {
   uint64_t max_value = 64u << 20;       // bytes in one value
   uint64_t max_keys_per_query = 131072; // CHECK, WAIT, MULTI_GET, MULTI_SET
   size_t max_buffered = 128u << 20;     // one connection's unparsed input
+  // The job's budget over every key and queued item (a client past it is closed, the
+  // store and the job's other clients go on):
+  uint64_t max_total = 512u << 20; // bytes of keys and values
+  uint64_t max_keys = 1u << 20;    // keys plus queued items
 };
 
 class torch_store_core {
@@ -83,6 +87,7 @@ public:
 
   torch_dialect dialect(conn_id c) const;
   size_t key_count() const { return data_.size(); }
+  uint64_t stored_bytes() const { return bytes_; }
   size_t connection_count() const { return conns_.size(); }
   size_t waiting_count() const;
 
@@ -104,11 +109,17 @@ private:
   void key_changed(const std::string& key, result& out);
   void queue_pushed(const std::string& key, result& out);
   void cancel_wait(conn_id c, connection& cn);
+  // Every change to data_ and queues_ goes through these, which keep the budget.
+  void assign(const std::string& key, std::string value);
+  size_t erase(const std::string& key);
+  void charge(uint64_t add_bytes, uint64_t add_items, const std::string& key);
 
   torch_store_limits limits_;
   std::unordered_map<conn_id, connection> conns_;
   std::map<std::string, std::string> data_;
   std::map<std::string, std::deque<std::string>> queues_;
+  uint64_t bytes_ = 0; // keys and values in data_, queued items with their keys
+  uint64_t items_ = 0; // keys in data_ plus queued items
   std::map<std::string, std::vector<conn_id>> waiters_; // key -> connections, in order
 };
 

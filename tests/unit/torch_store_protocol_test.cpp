@@ -313,3 +313,52 @@ TEST_CASE("clear() is a fresh key space; a disconnected waiter is forgotten") {
   st.feed(1, req(m_set).s("/w").s("1"));
   CHECK(st.others.empty());
 }
+
+TEST_CASE("the job's budget: a client past it is closed, the store and the others go on") {
+  torch_store_limits limits;
+  limits.max_total = 1000;
+  limits.max_keys = 4;
+  store st;
+  st.core = torch_store_core{limits};
+  for (uint64_t c = 1; c <= 3; ++c)
+    st.core.connect(c);
+  st.feed(1, validate);
+  st.feed(2, validate);
+  CHECK(st.feed(2, req(m_set).s("/rank0").s("addr")) == "");
+  CHECK(st.core.stored_bytes() == 10);
+  // A flood of distinct keys from client 1 hits the key budget.
+  for (int i = 0; i < 3; ++i)
+    st.feed(1, req(m_set).s("/f" + std::to_string(i)).s("x"));
+  CHECK_FALSE(st.last.close);
+  st.feed(1, req(m_set).s("/f3").s("x"));
+  CHECK(st.last.close);
+  CHECK(st.last.problem.find("over the job's torch store budget (22 bytes in 4 keys and queued "
+                             "items stored; limits 1000 bytes, 4 keys)")
+        != std::string::npos);
+  st.core.disconnect(1);
+  // Replacing and deleting keep the account: a large value replaces a small one, deleted
+  // keys give their budget back, queue items count until popped.
+  CHECK(st.feed(2, req(m_delete).s("/f0")) == raw<int64_t>(1));
+  CHECK(st.feed(2, req(m_delete).s("/f1")) == raw<int64_t>(1));
+  CHECK(st.core.stored_bytes() == 14);
+  CHECK(st.feed(2, req(m_set).s("/rank0").s(std::string(900, 'a'))) == "");
+  CHECK(st.core.stored_bytes() == 910);
+  CHECK(st.feed(2, req(m_append).s("/rank0").s("bb")) == "");
+  CHECK(st.core.stored_bytes() == 912);
+  CHECK(st.feed(2, req(m_qpush).s("/q").s("item")) == "");
+  CHECK(st.core.stored_bytes() == 918);
+  CHECK(st.feed(2, req(m_qpop).s("/q")) == raw<int64_t>(1) + bytes("item"));
+  CHECK(st.core.stored_bytes() == 912);
+  // The byte budget: one more 100-byte value does not fit.
+  st.feed(3, validate);
+  st.feed(3, req(m_set).s("/big").s(std::string(100, 'z')));
+  CHECK(st.last.close);
+  CHECK(st.last.problem.find("a write to key '/big' is over the job's torch store budget")
+        != std::string::npos);
+  // Client 2 still works and its keys are intact.
+  CHECK(st.feed(2, req(m_get).s("/f2")) == bytes("x"));
+  CHECK(st.feed(2, req(m_add).s("/n").v<int64_t>(2)) == raw<int64_t>(2));
+  st.core.clear();
+  CHECK(st.core.stored_bytes() == 0);
+  CHECK(st.feed(2, req(m_set).s("/big").s(std::string(100, 'z'))) == "");
+}
