@@ -161,7 +161,7 @@ constexpr const char* cluster_usage =
     "certificate\n"
     "  caf-hvd cluster add-node NAME [DIR] [--out OUT]   a node agent's credentials\n"
     "  caf-hvd cluster add-driver NAME [DIR] [--out OUT] a driver's credentials\n"
-    "  caf-hvd cluster revoke NAME [DIR]                 revoke NAME's certificates (crl.pem)\n"
+    "  caf-hvd cluster revoke NAME|CERT.pem [DIR]        revoke NAME's certificates (crl.pem)\n"
     "DIR: the cluster's directory (default $CAF_HVD_CLUSTER_DIR, else "
     "~/.config/caf-hvd/cluster); OUT: default DIR/issued/NAME";
 
@@ -183,11 +183,11 @@ int run_cluster(int argc, char** argv) {
     throw usage_error(cluster_usage);
   auto verb = args[0];
   bool named = verb == "add-node" || verb == "add-driver" || verb == "revoke";
-  if ((verb != "init" && !named) || (named && args.size() < 2)
-      || args.size() > (named ? 3u : 2u) || (!out.empty() && (verb == "init" || verb == "revoke")))
+  if ((verb != "init" && !named) || (named && args.size() < 2) || args.size() > (named ? 3u : 2u)
+      || (!out.empty() && (verb == "init" || verb == "revoke")))
     throw usage_error(cluster_usage);
-  auto dir_arg = args.size() > (named ? 2u : 1u) ? std::optional<std::string>{args.back()}
-                                                 : std::nullopt;
+  auto dir_arg =
+      args.size() > (named ? 2u : 1u) ? std::optional<std::string>{args.back()} : std::nullopt;
   auto dir = cluster_dir(dir_arg);
   try {
     if (verb == "init") {
@@ -320,8 +320,8 @@ int run_node(int argc, char** argv) {
       "ranks this node accepts per job; 0 = no limit (GPU jobs: one per free GPU group)")(
       "gpus", po::value(&gpus),
       "LIST|none: this node's GPUs as CUDA device indices (e.g. 0,1,2,3); default: detected "
-      "(NVML, else nvidia-smi -L)")(
-      "bind", po::value(&bind), "address to listen on; default: every interface")(
+      "(NVML, else nvidia-smi -L)")("bind", po::value(&bind),
+                                    "address to listen on; default: every interface")(
       "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
       "insecure", "admit any driver without TLS (trusted networks only)")(
       "exit-on-stdin-eof",
@@ -490,8 +490,9 @@ struct job_options {
   job_options(const std::string& title, bool with_hosts) : desc{title}, visible{title} {
     po::options_description job{"the job"}, hosts_opts{"hosts"}, elastic{"elastic jobs"},
         output{"output"}, net{"networking"}, torch{"torch.distributed"},
-        compat{"horovodrun and torchrun spellings"}, gpu{"GPUs and CPUs"}, exec{"executor mode (the caf_hvd Python "
-                                                          "package starts this)"},
+        compat{"horovodrun and torchrun spellings"}, gpu{"GPUs and CPUs"},
+        exec{"executor mode (the caf_hvd Python "
+             "package starts this)"},
         hidden;
     job.add_options()("help,h", "show this help")("np", po::value(&np),
                                                   "number of ranks (elastic: the initial minimum)")(
@@ -513,8 +514,8 @@ struct job_options {
           "launcher", po::value(&launcher)->default_value("none"),
           "none|ssh|slurm: start a node agent on every host for this job and stop it at "
           "the end (ssh: one session per host; slurm: one srun step over the allocation); "
-          "none: agents are already running")(
-          "ssh-port,p", po::value(&ssh_port), "--launcher ssh: the hosts' ssh port (horovodrun)")(
+          "none: agents are already running")("ssh-port,p", po::value(&ssh_port),
+                                              "--launcher ssh: the hosts' ssh port (horovodrun)")(
           "ssh-identity-file,i", po::value(&ssh_identity),
           "--launcher ssh: the private key to log in with (horovodrun)")(
           "ssh-option", po::value(&ssh_options)->composing(),
@@ -522,9 +523,9 @@ struct job_options {
           "agent-path", po::value(&agent_path),
           "--launcher ssh: caf-hvd on the hosts (default: this binary's path)")(
           "ssh-command", po::value(&ssh_command)->default_value("ssh"),
-          "--launcher ssh: the ssh client to run")(
-          "srun-command", po::value(&srun_command)->default_value("srun"),
-          "--launcher slurm: the srun to run");
+          "--launcher ssh: the ssh client to run")("srun-command",
+                                                   po::value(&srun_command)->default_value("srun"),
+                                                   "--launcher slurm: the srun to run");
     if (with_hosts)
       hosts_opts.add_options()("cluster-dir", po::value(&cluster),
                                "the cluster's credentials (see 'caf-hvd cluster init')")(
@@ -595,8 +596,7 @@ struct job_options {
         "cache-capacity", po::value(&cache_capacity),
         "sets HOROVOD_CACHE_CAPACITY (horovodrun)")("gloo", "accepted: Gloo is the controller")(
         "disable-cache", "accepted: caf-hvd caches nothing between jobs")(
-        "mpi", "not supported: Gloo only")(
-        "jsrun", "not supported: Gloo only");
+        "mpi", "not supported: Gloo only")("jsrun", "not supported: Gloo only");
     if (!with_hosts)
       compat.add_options()("ssh-port,p", po::value(&ssh_port),
                            "not for run (this machine only): caf-hvd driver --launcher ssh")(
@@ -842,8 +842,7 @@ int run_job(int argc, char** argv, bool embedded) {
   if (o.command.empty())
     throw usage_error("no command given, e.g. caf-hvd run -np 2 hostname");
   if (o.launcher != "none" && o.launcher != "ssh" && o.launcher != "slurm")
-    throw usage_error(
-        fmt::format("--launcher '{}': expected none, ssh or slurm", o.launcher));
+    throw usage_error(fmt::format("--launcher '{}': expected none, ssh or slurm", o.launcher));
   if (o.launcher == "slurm" && (!o.hosts.empty() || !o.hostfile.empty()))
     throw usage_error("--launcher slurm takes the hosts of the Slurm allocation it runs in; "
                       "leave out -H/--hostfile");
@@ -921,10 +920,9 @@ int run_job(int argc, char** argv, bool embedded) {
     if (o.executor_fd < 0 || ::fstat(o.executor_fd, &st) != 0)
       throw usage_error(fmt::format("--executor-fd {}: not an open descriptor", o.executor_fd));
     if (!S_ISSOCK(st.st_mode))
-      throw usage_error(
-          fmt::format("--executor-fd {}: not a socket (the owner passes one end of a "
-                      "socketpair)",
-                      o.executor_fd));
+      throw usage_error(fmt::format("--executor-fd {}: not a socket (the owner passes one end of a "
+                                    "socketpair)",
+                                    o.executor_fd));
     ::fcntl(o.executor_fd, F_SETFD, FD_CLOEXEC); // no child inherits the owner's channel
     job.executor_fd = o.executor_fd;
   }
@@ -938,8 +936,8 @@ int run_job(int argc, char** argv, bool embedded) {
   if (o.cpus_per_slot < 0 || (vm.count("cpus-per-slot") && o.cpus_per_slot == 0))
     throw usage_error(fmt::format("--cpus-per-slot {}: expected at least 1", o.cpus_per_slot));
   if (o.cuda_visible != "shared" && o.cuda_visible != "per-rank")
-    throw usage_error(fmt::format("--cuda-visible-devices '{}': expected shared or per-rank",
-                                  o.cuda_visible));
+    throw usage_error(
+        fmt::format("--cuda-visible-devices '{}': expected shared or per-rank", o.cuda_visible));
   job.gpus_per_slot = static_cast<uint32_t>(o.gpus_per_slot);
   job.cpus_per_slot = static_cast<uint32_t>(o.cpus_per_slot);
   job.cuda_per_rank = o.cuda_visible == "per-rank";
@@ -1032,8 +1030,8 @@ int run_job(int argc, char** argv, bool embedded) {
       throw usage_error(fmt::format("-np {} exceeds the {} slots of the given hosts", o.np, total));
     // Only hosts that receive ranks are contacted (the first hosts' slots in order).
     long need = o.np;
-    auto node_addresses = o.launcher == "slurm" ? slurm_node_addresses()
-                                                : std::map<std::string, std::string>{};
+    auto node_addresses =
+        o.launcher == "slurm" ? slurm_node_addresses() : std::map<std::string, std::string>{};
     for (auto& h : job.hosts) {
       if (need <= 0)
         break;

@@ -313,9 +313,18 @@ std::string issue_credentials(const std::string& dir, cert_role role, const std:
 }
 
 std::vector<std::string> revoke_credentials(const std::string& dir, const std::string& name) {
-  check_name(name);
   auto ca = read_ca(dir);
   auto issued = read_index(dir + "/issued.tsv");
+  if (name.find('/') != std::string::npos || name.ends_with(".pem")) {
+    // A certificate file: what clusters made before roles have (no index knows them).
+    auto cert = read_cert(name);
+    pkey_ptr ca_pub{X509_get_pubkey(ca.cert.get())};
+    if (X509_verify(cert.get(), ca_pub.get()) != 1)
+      throw credentials_error(fmt::format("{} is not signed by this cluster's CA", name));
+    issued.push_back({serial_hex(cert.get()), to_string(role_of(cert.get())), name});
+  } else {
+    check_name(name);
+  }
   auto revoked = read_index(dir + "/revoked.tsv");
   std::vector<std::string> now_revoked;
   for (auto& e : issued)

@@ -58,7 +58,9 @@ void init_cluster(const std::string& dir);
 std::string issue_credentials(const std::string& dir, cert_role role, const std::string& name,
                               const std::string& out);
 
-/// Revokes every certificate issued under `name`: adds them to DIR/revoked.tsv and writes
+/// Revokes every certificate issued under `name` (or, when `name` is a path to a
+/// certificate file, that certificate: pre-role member certificates are in no index):
+/// adds them to DIR/revoked.tsv and writes
 /// DIR/crl.pem (signed by the CA), also into the directories issue_credentials wrote
 /// under DIR/issued/. Returns the serials revoked (hex).
 std::vector<std::string> revoke_credentials(const std::string& dir, const std::string& name);

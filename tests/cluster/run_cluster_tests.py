@@ -549,6 +549,19 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             time.sleep(0.2)
             self.assertIn("presented a pre-role member certificate ('caf-hvd member', serial 51)",
                           self.node_log("fresh"))
+            # Revoked by its file (no index knows it): refused after the agent's reload.
+            out = self.cluster_cmd("revoke", f"{old}/member.pem", c)
+            self.assertIn("(serial 51)", out)
+            os.kill(self.c.nodes["fresh"][0].pid, signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            log = ""
+            while "reloaded the credentials" not in log and time.monotonic() < deadline:
+                time.sleep(0.1)
+                log += self.node_log("fresh")
+            rc, _, err = self.c.run(["driver", "--cluster-dir", old, "-np", "1", "-H",
+                                     self.c.spec("fresh", 1), "--", "true"])
+            self.assertEqual(rc, 1, err)
+            self.assertIn("the cluster revoked it", err)
 
     def test_insecure_on_both_sides_works_with_a_warning(self):
         p = self.c.start(["node", "--port", "0", "--name", "open", "--bind", "127.0.0.1",
