@@ -265,28 +265,26 @@ private:
     control_->send(std::move(f), std::move(done));
   }
 
-  void owner_broke(const std::string& what) {
-    fail(fmt::format("the executor's owner {}", what));
-  }
+  void owner_broke(const std::string& what) { fail(fmt::format("the executor's owner {}", what)); }
 
   void on_control(uint8_t kind, uint64_t id, uint32_t rank, uint32_t deadline,
                   std::string payload) {
     switch (static_cast<frame_kind>(kind)) {
-      case frame_kind::start:
-        if (owner_started_)
-          return owner_broke("sent a second start frame");
-        owner_started_ = true;
-        boot_ = std::move(payload);
-        log("the executor's owner started the job (boot call: {} bytes)", boot_.size());
-        return begin();
-      case frame_kind::call:
-        return on_call(id, rank, deadline, std::move(payload));
-      case frame_kind::shutdown:
-        return on_shutdown();
-      default:
-        return owner_broke(fmt::format("sent a {} frame (the owner may send start, call and "
-                                       "shutdown)",
-                                       frame_kind_name(kind)));
+    case frame_kind::start:
+      if (owner_started_)
+        return owner_broke("sent a second start frame");
+      owner_started_ = true;
+      boot_ = std::move(payload);
+      log("the executor's owner started the job (boot call: {} bytes)", boot_.size());
+      return begin();
+    case frame_kind::call:
+      return on_call(id, rank, deadline, std::move(payload));
+    case frame_kind::shutdown:
+      return on_shutdown();
+    default:
+      return owner_broke(fmt::format("sent a {} frame (the owner may send start, call and "
+                                     "shutdown)",
+                                     frame_kind_name(kind)));
     }
   }
 
@@ -315,8 +313,8 @@ private:
     if (!all_started_)
       return refuse(rank, "the ranks are not all started yet (wait for the rank table)");
     if (rank != all_ranks && rank >= gen_.plan.size())
-      return refuse(rank, fmt::format("there is no rank {}: the job has {} ranks", rank,
-                                      gen_.plan.size()));
+      return refuse(
+          rank, fmt::format("there is no rank {}: the job has {} ranks", rank, gen_.plan.size()));
     uint32_t first = rank == all_ranks ? 0 : rank;
     uint32_t last = rank == all_ranks ? static_cast<uint32_t>(gen_.plan.size()) : rank + 1;
     for (uint32_t r = first; r < last; ++r) {
@@ -386,10 +384,10 @@ private:
                        {"local_size", row.local_size},
                        {"cross_rank", row.cross_rank},
                        {"cross_size", row.cross_size}});
-    to_owner(frame_kind::ranks, gen_.number, 0,
-             nlohmann::json{{"generation", gen_.number}, {"size", gen_.plan.size()},
-                            {"ranks", ranks}}
-                 .dump());
+    to_owner(
+        frame_kind::ranks, gen_.number, 0,
+        nlohmann::json{{"generation", gen_.number}, {"size", gen_.plan.size()}, {"ranks", ranks}}
+            .dump());
   }
 
   // The owner asks for the end: every rank's channel closes (the process reads EOF and
@@ -450,8 +448,7 @@ private:
                    fmt::format("rank {} of the final generation returned no value", r));
       }
     }
-    to_owner(frame_kind::end, static_cast<uint64_t>(code), 0,
-             failure_ ? *failure_ : std::string{});
+    to_owner(frame_kind::end, static_cast<uint64_t>(code), 0, failure_ ? *failure_ : std::string{});
     control_->close_after_writes();
     if (!owner_gone_ && !control_->flush(std::chrono::seconds(10)))
       say("warning: the executor's owner did not read the job's end within 10 s");
@@ -759,7 +756,7 @@ private:
   // At most connect_window handshakes at once: CAF 0.17 runs every TLS handshake of this
   // process on its one multiplexer thread, so more in flight only starves the heartbeats
   // of the links already up (at 128 agents they timed out) without finishing sooner.
-  static constexpr size_t connect_window = 16;
+  static constexpr size_t connect_window = 8;
 
   void connect_agent(const std::string& ep) {
     connect_queue_.push_back(ep);
@@ -810,9 +807,9 @@ private:
               }
               dialed();
               auto& h = hosts_.at(ep);
-              host_unusable(ep, fmt::format("cannot connect: {}",
-                                            connect_error(e, fmt::format("{}:{}", h.address,
-                                                                         h.spec.port))));
+              host_unusable(
+                  ep, fmt::format("cannot connect: {}",
+                                  connect_error(e, fmt::format("{}:{}", h.address, h.spec.port))));
             });
   }
 
@@ -917,8 +914,7 @@ private:
     if (!short_hosts.empty())
       return fail(fmt::format("not enough GPUs for {} rank{} with {} GPU{} per slot: {}", job_.np,
                               job_.np == 1 ? "" : "s", job_.gpus_per_slot,
-                              job_.gpus_per_slot == 1 ? "" : "s",
-                              fmt::join(short_hosts, "; ")));
+                              job_.gpus_per_slot == 1 ? "" : "s", fmt::join(short_hosts, "; ")));
     for (auto& ep : listed_order_) {
       auto& h = hosts_.at(ep);
       auto need = static_cast<uint32_t>(h.planned) * job_.gpus_per_slot;
@@ -950,8 +946,8 @@ private:
     auto& h = hosts_.at(ep);
     int fit = std::min(h.slots(), static_cast<int>(h.info.gpus_free.size() / job_.gpus_per_slot));
     if (fit <= 0)
-      return host_unusable(ep, fmt::format("no free GPU for this job: {}",
-                                           gpu_shortage(h, job_.gpus_per_slot)));
+      return host_unusable(
+          ep, fmt::format("no free GPU for this job: {}", gpu_shortage(h, job_.gpus_per_slot)));
     auto need = static_cast<uint32_t>(fit) * job_.gpus_per_slot;
     request(h.colocator, job_.start_timeout, gpu_atom::value, need)
         .then(
@@ -1734,8 +1730,8 @@ private:
     }
     for (auto& env : envs) {
       std::vector<std::string> own;
-      std::set_difference(env.begin(), env.end(), batch.common_env.begin(),
-                          batch.common_env.end(), std::back_inserter(own));
+      std::set_difference(env.begin(), env.end(), batch.common_env.begin(), batch.common_env.end(),
+                          std::back_inserter(own));
       batch.envs.push_back(std::move(own));
     }
     batch.argv = job_.command;

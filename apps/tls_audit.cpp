@@ -19,6 +19,7 @@
 // inside a log statement, which Debian's build compiles out, so one failed handshake
 // left an error behind and the next SSL_get_error on the same thread, for a healthy
 // connection, reported it: garbage sent to a node's port could cut the driver off.
+#include <algorithm>
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 #include <netinet/in.h>
 #include <string>
 #include <poll.h>
@@ -137,6 +139,22 @@ std::string peer_name(int fd) {
 
 // On the connecting side a refusal shows in SSL_connect (this process refused the peer's
 // certificate) or, with TLS 1.3, in the first read (the peer's alert about ours).
+// The peer is named when the connection starts: once the agent has refused us and reset
+// the connection, getpeername no longer knows it.
+std::mutex client_peers_mtx;
+std::map<SSL*, std::string> client_peers;
+
+void remember_client_peer(SSL* ssl) {
+  std::lock_guard guard{client_peers_mtx};
+  if (!client_peers.count(ssl))
+    client_peers.emplace(ssl, peer_name(SSL_get_fd(ssl)));
+}
+
+void forget_client_peer(SSL* ssl) {
+  std::lock_guard guard{client_peers_mtx};
+  client_peers.erase(ssl);
+}
+
 void note_client_failure(SSL* ssl, int rc) {
   if (SSL_is_server(ssl))
     return;
@@ -146,37 +164,68 @@ void note_client_failure(SSL* ssl, int rc) {
   auto why = cafhvd::tls::refusal(ssl);
   if (why.empty())
     why = cafhvd::tls::explain_alert(ERR_peek_last_error());
-  if (!why.empty())
-    cafhvd::tls::record_failure(peer_name(SSL_get_fd(ssl)), why);
+  if (why.empty())
+    return;
+  std::string peer;
+  {
+    std::lock_guard guard{client_peers_mtx};
+    if (auto it = client_peers.find(ssl); it != client_peers.end())
+      peer = it->second;
+  }
+  cafhvd::tls::record_failure(peer.empty() ? peer_name(SSL_get_fd(ssl)) : peer, why);
 }
 
-// CAF's BASP queues its greeting on an accepted connection at once, so the module keeps
-// the socket registered for writing while the TLS handshake still waits for the client;
-// every write event calls SSL_accept again, which wants to read: the multiplexer spins
-// for a whole round trip (measured: 500-2,000 calls, 5-10 ms of CPU per handshake, and
-// on a shared machine those spins starve the very peers they wait for). Waiting here for
-// the client's bytes ends the spin the moment they arrive. The waits of one thread are
-// capped at 0.9 ms per 1 ms window, so other connections of the agent (and a flood of
-// handshakes that never come) are delayed by at most about a millisecond.
-void await_handshake_data(int fd) {
+// CAF's BASP queues its greeting on a connection at once, so the module keeps the socket
+// registered for writing while the TLS handshake still waits for the peer's next flight;
+// every write event calls SSL_accept/SSL_connect again, which wants to read: the
+// multiplexer spins for whole round trips (measured: 50-2,000 calls and 5-10 ms of CPU
+// per handshake, and on a shared machine those spins starve the very peers they wait
+// for). Instead the call waits until one of this thread's handshakes has bytes to read,
+// which ends the wait the moment they arrive. A thread's waits are capped at 0.9 ms per
+// 1 ms window, so its other connections (and handshakes that never come) are delayed by
+// at most about a millisecond.
+struct handshake_waits {
+  std::map<SSL*, int> fds; // this thread's handshakes that want to read
+  std::chrono::steady_clock::time_point window_start;
+  std::chrono::steady_clock::duration waited{};
+};
+
+handshake_waits& waits() {
+  static thread_local handshake_waits w;
+  return w;
+}
+
+void handshake_settled(SSL* ssl) {
+  waits().fds.erase(ssl);
+}
+
+void await_handshake_data(SSL* ssl) {
   using clock = std::chrono::steady_clock;
   constexpr auto window = std::chrono::microseconds(1000);
   constexpr auto budget = std::chrono::microseconds(900);
   constexpr auto longest = std::chrono::microseconds(200);
-  static thread_local clock::time_point window_start;
-  static thread_local clock::duration waited{};
+  auto& w = waits();
+  w.fds[ssl] = SSL_get_fd(ssl);
   auto now = clock::now();
-  if (now - window_start > window) {
-    window_start = now;
-    waited = {};
+  if (now - w.window_start > window) {
+    w.window_start = now;
+    w.waited = {};
   }
-  if (waited >= budget)
+  if (w.waited >= budget || w.fds.size() > 256)
     return;
-  auto wait = std::min<clock::duration>(longest, budget - waited);
-  pollfd p{fd, POLLIN, 0};
+  std::vector<pollfd> ps;
+  ps.reserve(w.fds.size());
+  for (auto& [s, fd] : w.fds)
+    ps.push_back({fd, POLLIN, 0});
+  auto wait = std::min<clock::duration>(longest, budget - w.waited);
   timespec ts{0, std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count()};
-  ::ppoll(&p, 1, &ts, nullptr);
-  waited += clock::now() - now;
+  ::ppoll(ps.data(), ps.size(), &ts, nullptr);
+  w.waited += clock::now() - now;
+  // A connection CAF closed without finishing its handshake leaves a closed descriptor.
+  for (auto it = w.fds.begin(); it != w.fds.end();) {
+    auto p = std::find_if(ps.begin(), ps.end(), [&](auto& x) { return x.fd == it->second; });
+    it = p != ps.end() && (p->revents & POLLNVAL) ? w.fds.erase(it) : std::next(it);
+  }
 }
 
 template <class Fn> Fn real_fn(const char* name) {
@@ -219,13 +268,34 @@ extern "C" int SSL_CTX_set_cipher_list(SSL_CTX* ctx, const char* list) {
   return cafhvd::tls::is_ours(ctx) ? 1 : real(ctx, list);
 }
 
+// A connection closed before its handshake finished is forgotten with its SSL.
+extern "C" void SSL_free(SSL* ssl) {
+  static auto real = real_fn<void (*)(SSL*)>("SSL_free");
+  if (ssl) {
+    handshake_settled(ssl);
+    forget_client_peer(ssl);
+    std::lock_guard guard{pending_mtx};
+    pending.erase(ssl);
+  }
+  real(ssl);
+}
+
 extern "C" int SSL_connect(SSL* ssl) {
   using fn = int (*)(SSL*);
   static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_connect"));
   ERR_clear_error();
+  remember_client_peer(ssl);
   int rc = real(ssl);
-  if (rc <= 0)
-    note_client_failure(ssl, rc);
+  if (rc > 0) {
+    handshake_settled(ssl);
+    return rc;
+  }
+  if (SSL_get_error(ssl, rc) == SSL_ERROR_WANT_READ) {
+    await_handshake_data(ssl);
+    return rc;
+  }
+  handshake_settled(ssl);
+  note_client_failure(ssl, rc);
   return rc;
 }
 
@@ -243,7 +313,10 @@ extern "C" int SSL_write(SSL* ssl, const void* buf, int num) {
   using fn = int (*)(SSL*, const void*, int);
   static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_write"));
   ERR_clear_error();
-  return real(ssl, buf, num);
+  int rc = real(ssl, buf, num);
+  if (rc <= 0)
+    note_client_failure(ssl, rc);
+  return rc;
 }
 
 extern "C" int SSL_accept(SSL* ssl) {
@@ -252,6 +325,7 @@ extern "C" int SSL_accept(SSL* ssl) {
   ERR_clear_error();
   int rc = real(ssl);
   if (rc > 0) {
+    handshake_settled(ssl);
     track(ssl, true);
     return rc;
   }
@@ -259,9 +333,10 @@ extern "C" int SSL_accept(SSL* ssl) {
   if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
     track(ssl, false);
     if (err == SSL_ERROR_WANT_READ)
-      await_handshake_data(SSL_get_fd(ssl));
+      await_handshake_data(ssl);
     return rc;
   }
+  handshake_settled(ssl);
   track(ssl, true);
   auto peer = peer_name(SSL_get_fd(ssl));
   auto code = ERR_peek_last_error();
