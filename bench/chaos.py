@@ -293,7 +293,7 @@ class Soak:
             errors = [x for x in err.splitlines() if "error:" in x]
             why = errors[-1][:200] if errors else err.strip().splitlines()[-1:] or ["?"]
             why = why if isinstance(why, str) else why[0][:200]
-        gens = len(re.findall(r"^generation \d+: rank 0", out, re.M))
+        gens = len(re.findall(r"generation \d+: rank 0 of", out))
         line = (f"job {n:3d}: {'/'.join(verdicts):20s} exit {rc:3d} {seconds:5.1f} s, "
                 f"{gens} generation(s), faults: {', '.join(faults) or '-'}")
         if lost:
