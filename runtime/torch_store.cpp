@@ -32,10 +32,15 @@ struct torch_store_server::impl {
   problem_handler on_refused;
   size_t reported = 0;
   uint64_t next_id = 1;
+  size_t per_client_limit;
+  bool loopback_exempt;
+  std::unordered_map<std::string, size_t> conns_of; // per client address (not loopback)
   struct session;
   std::unordered_map<uint64_t, std::weak_ptr<session>> sessions;
 
-  explicit impl(torch_store_limits limits) : core(limits) {}
+  explicit impl(torch_store_limits limits)
+      : core(limits), per_client_limit(limits.max_connections_per_client),
+        loopback_exempt(limits.loopback_exempt) {}
   void accept();
   void deliver(torch_store_core::result& r);
   void report(const std::string& line) {
@@ -54,16 +59,22 @@ struct torch_store_server::impl::session : std::enable_shared_from_this<session>
   bool writing = false;
   bool closed = false;
   std::string out;
+  std::string counted; // the client address this session counts against, if any
 
-  session(impl& s, tcp::socket so, uint64_t i) : srv(s), sock(std::move(so)), id(i) {
+  session(impl& s, tcp::socket so, uint64_t i, std::string client)
+      : srv(s), sock(std::move(so)), id(i), counted(std::move(client)) {
     boost::system::error_code ec;
     auto ep = sock.remote_endpoint(ec);
     peer = ec ? std::string{"?"} : fmt::format("{}:{}", ep.address().to_string(), ep.port());
     srv.core.connect(id);
+    if (!counted.empty())
+      ++srv.conns_of[counted];
   }
   ~session() {
     srv.core.disconnect(id);
     srv.sessions.erase(id);
+    if (!counted.empty() && --srv.conns_of[counted] == 0)
+      srv.conns_of.erase(counted);
   }
 
   void read() {
@@ -146,15 +157,31 @@ void torch_store_server::impl::accept() {
         return;
       }
     }
-    if (!ec && sessions.size() < max_connections) {
+    std::string client;
+    if (!ec) {
+      boost::system::error_code pe;
+      auto from = sock.remote_endpoint(pe).address();
+      if (!pe && !(loopback_exempt && from.is_loopback())) // the driver's own host
+        client = from.to_string();
+    }
+    if (!ec && !client.empty() && conns_of[client] >= per_client_limit) {
+      if (allowlist && on_refused && allowlist->first_refusal("torch store limit", client))
+        on_refused(fmt::format("the torch store refused a connection from {}: it already has "
+                               "{} connections open (the per-client limit)",
+                               client, per_client_limit));
+      boost::system::error_code ignored;
+      sock.close(ignored);
+    } else if (!ec && sessions.size() < max_connections) {
       sock.set_option(tcp::no_delay(true), ec);
       auto id = next_id++;
-      auto s = std::make_shared<session>(*this, std::move(sock), id);
+      auto s = std::make_shared<session>(*this, std::move(sock), id, client);
       sessions.emplace(id, s);
       s->read();
     } else if (!ec) {
       report(fmt::format("refused a connection: {} connections are open", max_connections));
     }
+    if (!client.empty() && conns_of[client] == 0)
+      conns_of.erase(client);
     if (ec && ec != net::error::operation_aborted) {
       // Out of descriptors and similar: retry a little later rather than spin.
       auto t = std::make_shared<net::steady_timer>(io, std::chrono::milliseconds(50));

@@ -57,6 +57,8 @@ struct torch_store_limits {
   // store and the job's other clients go on):
   uint64_t max_total = 512u << 20; // bytes of keys and values
   uint64_t max_keys = 1u << 20;    // keys plus queued items
+  size_t max_connections_per_client = 1024; // open connections of one address
+  bool loopback_exempt = true; // the driver's own host; tests turn it off
 };
 
 class torch_store_core {

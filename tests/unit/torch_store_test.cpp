@@ -11,9 +11,11 @@
 #include <unistd.h>
 #include <vector>
 
+#include <memory>
 #include <mutex>
 
 #include "runtime/torch_store.hpp"
+#include "socket_util.hpp"
 
 using namespace cafhvd;
 
@@ -202,4 +204,32 @@ TEST_CASE("torch store over sockets: clear() starts a fresh key space") {
   CHECK(c.get("/gen1") == "x");
   srv.clear();
   CHECK(c.keys_query('\x05', "/gen1") == std::string(1, '\x01')); // CHECK: NOT_READY
+}
+
+TEST_CASE("torch store over sockets: one client address cannot take every connection") {
+  torch_store_limits limits;
+  limits.max_connections_per_client = 3;
+  limits.loopback_exempt = false; // loopback plays a remote client here
+  torch_store_server srv{"127.0.0.1", 0, {}, limits};
+  std::vector<std::unique_ptr<client>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_unique<client>(srv.port()));
+    CHECK(held.back()->add("/n", 1) == i + 1);
+  }
+  // The fourth is closed at once, unanswered.
+  int fd = test::connect_to(srv.port());
+  std::string q(1, '\x03');
+  uint64_t len = 2;
+  q.append(reinterpret_cast<const char*>(&len), 8);
+  q += "/n";
+  int64_t one = 1;
+  q.append(reinterpret_cast<const char*>(&one), 8);
+  (void)::write(fd, q.data(), q.size());
+  CHECK(test::read_all(fd, std::chrono::seconds(2)).empty());
+  ::close(fd);
+  // One closes: a new connection gets its place.
+  held.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  client again{srv.port()};
+  CHECK(again.add("/n", 1) == 4);
 }
