@@ -13,6 +13,7 @@ uint64_t kv_store::init(const std::vector<slot_info>& plan) {
   hosts_.clear();
   total_ = 0;
   keys_ = 0;
+  adhoc_bytes_ = adhoc_keys_ = 0;
   for (auto& s : plan) {
     for (auto scope :
          {std::string{"global"}, "local_" + s.hostname, "cross_" + std::to_string(s.local_rank)})
@@ -33,15 +34,23 @@ kv_store::put_result kv_store::put(const std::string& scope, const std::string& 
   auto& s = data_[scope];
   auto it = s.find(key);
   size_t old = it == s.end() ? 0 : it->second.size();
-  if (total_ - old + value.size() > limits_.max_total
-      || (it == s.end() && keys_ >= limits_.max_keys)) {
+  bool adhoc = !sizes_.count(scope);
+  bool new_key = it == s.end();
+  bool full =
+      total_ - old + value.size() > limits_.max_total || (new_key && keys_ >= limits_.max_keys);
+  if (adhoc)
+    full = full
+           || static_cast<double>(adhoc_bytes_ - old + value.size())
+                  > limits_.adhoc_share * static_cast<double>(limits_.max_total)
+           || (new_key
+               && static_cast<double>(adhoc_keys_ + 1)
+                      > limits_.adhoc_share * static_cast<double>(limits_.max_keys));
+  if (full) {
     if (s.empty())
       data_.erase(scope);
     return put_result::store_full;
   }
-  total_ = total_ - old + value.size();
-  if (it == s.end())
-    ++keys_;
+  account(scope, static_cast<long>(value.size()) - static_cast<long>(old), new_key ? 1 : 0);
   auto& slot = s[key];
   slot = std::move(value);
   // Wake waiters of this key; collect first, since a callback may touch the store.
@@ -71,10 +80,18 @@ std::optional<kv_store::bytes> kv_store::get(const std::string& scope,
   return it->second;
 }
 
-void kv_store::erase_key(std::map<std::string, bytes>& scope,
+void kv_store::account(const std::string& scope, long bytes, long keys) {
+  total_ = static_cast<size_t>(static_cast<long>(total_) + bytes);
+  keys_ = static_cast<size_t>(static_cast<long>(keys_) + keys);
+  if (!sizes_.count(scope)) {
+    adhoc_bytes_ = static_cast<size_t>(static_cast<long>(adhoc_bytes_) + bytes);
+    adhoc_keys_ = static_cast<size_t>(static_cast<long>(adhoc_keys_) + keys);
+  }
+}
+
+void kv_store::erase_key(const std::string& scope_name, std::map<std::string, bytes>& scope,
                          std::map<std::string, bytes>::iterator it) {
-  total_ -= it->second.size();
-  --keys_;
+  account(scope_name, -static_cast<long>(it->second.size()), -1);
   scope.erase(it);
 }
 
@@ -87,8 +104,7 @@ void kv_store::finish(const std::string& scope, const std::string& key) {
     if (static_cast<int>(done.size()) >= size->second) {
       if (s != data_.end()) {
         for (auto& [k, v] : s->second)
-          total_ -= v.size();
-        keys_ -= s->second.size();
+          account(scope, -static_cast<long>(v.size()), -1);
         data_.erase(s);
       }
       finished_.erase(scope);
@@ -100,7 +116,7 @@ void kv_store::finish(const std::string& scope, const std::string& key) {
   for (auto& k : {key, "rank_" + key}) {
     auto it = s->second.find(k);
     if (it != s->second.end())
-      erase_key(s->second, it);
+      erase_key(scope, s->second, it);
   }
   if (s->second.empty())
     data_.erase(s);

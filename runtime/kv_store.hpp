@@ -29,6 +29,9 @@ public:
     size_t max_value = 16u << 20;  // one value
     size_t max_total = 256u << 20; // all values together (the job's byte budget)
     size_t max_keys = 1u << 20;    // all keys together (the job's key budget)
+    // Ad-hoc scopes (anything but global, local_<host>, cross_<k>) get at most this
+    // share of both budgets, so the planned scopes always have room to rendezvous.
+    double adhoc_share = 0.75;
   };
 
   kv_store() = default;
@@ -62,6 +65,7 @@ public:
   /// `cross_<k>`: those with a local rank k), or nullptr for an ad-hoc scope.
   const std::set<std::string>* scope_hosts(const std::string& scope) const;
   size_t total_keys() const { return keys_; }
+  size_t adhoc_bytes() const { return adhoc_bytes_; }
   size_t total_bytes() const { return total_; }
   size_t key_count(const std::string& scope) const;
 
@@ -70,12 +74,15 @@ private:
     std::string scope, key;
     waiter_fn fn;
   };
-  void erase_key(std::map<std::string, bytes>& scope, std::map<std::string, bytes>::iterator it);
+  void erase_key(const std::string& scope_name, std::map<std::string, bytes>& scope,
+                 std::map<std::string, bytes>::iterator it);
 
   limits limits_;
   uint64_t generation_ = 0;
   size_t total_ = 0;
   size_t keys_ = 0;
+  size_t adhoc_bytes_ = 0, adhoc_keys_ = 0; // of that, in ad-hoc scopes
+  void account(const std::string& scope, long bytes, long keys);
   std::map<std::string, std::map<std::string, bytes>> data_;
   std::map<std::string, int> sizes_;
   std::map<std::string, std::set<std::string>> hosts_;

@@ -492,13 +492,22 @@ int main(int argc, char** argv) {
         connect_scope("local", "local_" + host, local_rank, local_size, addr, port, dev, timeout));
     contexts.push_back(connect_scope("cross", "cross_" + std::to_string(local_rank), cross_rank,
                                      cross_size, addr, port, dev, timeout));
-    // Published in an ad-hoc scope that outlives the planned ones' cleanup.
+    // Published in an ad-hoc scope that outlives the planned ones' cleanup, only to name
+    // a failing peer; a server that refuses it (its ad-hoc budget spent) costs just that.
     peers = std::make_unique<cafhvd::http_store>(addr, static_cast<uint16_t>(port), "tcp_ports",
                                                  rank, timeout);
-    peers->set(std::to_string(rank), [] {
-      auto p = own_tcp_ports();
-      return std::vector<char>(p.begin(), p.end());
-    }());
+    try {
+      peers->set(std::to_string(rank), [] {
+        auto p = own_tcp_ports();
+        return std::vector<char>(p.begin(), p.end());
+      }());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr,
+                   "caf-hvd-allreduce: rank %d: cannot publish its ports (%s); a failure will "
+                   "not name the peer\n",
+                   rank, e.what());
+      peers.reset();
+    }
     std::printf("rank %d/%d on %s: local %d/%d, cross %d/%d, iface %s, rendezvous %s:%d\n", rank,
                 size, host.c_str(), local_rank, local_size, cross_rank, cross_size,
                 iface.empty() ? "(default)" : iface.c_str(), addr.c_str(), port);

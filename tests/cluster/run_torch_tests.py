@@ -37,6 +37,36 @@ class TorchStoreTest(unittest.TestCase):
         self.assertRegex(lines[0][0], r"^rank 0 \(torch 1\.13[^)]*\) got: the 2\.x wire client$")
         self.assertRegex(lines[1][0], r"^rank 1 \(2\.x wire client\) got: torch 1\.13")
 
+    def test_a_flood_of_the_jobs_servers_hurts_neither_the_agent_nor_its_other_jobs(self):
+        allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+        self.c.node("shared")
+        bystander = self.c.start(["driver", "-np", "1", "-H", self.c.spec("shared", 1), "--",
+                                  "sh", "-c", "sleep 6; echo bystander done"])
+        with tempfile.TemporaryDirectory() as d:
+            rc, out, err = self.c.run(["driver", "-np", "2", "-H", self.c.spec("shared", 2),
+                                       "--", *CLIENT, "flood", d, allreduce], timeout=180)
+        self.assertEqual(rc, 0, err)
+        lines = {r: "\n".join(v) for r, v in rank_lines(out).items()}
+        # The budgets held: 7 x 64 MiB fit the store's 512 MiB, 24 x 8 MiB the ad-hoc
+        # scopes' 192 MiB (the rest is kept for the planned scopes, where Gloo's
+        # rendezvous of both ranks then still happened).
+        self.assertIn("flood: 7 store SETs of 64 MiB kept, then the store closed the client; "
+                      "24 rendezvous PUTs of 8 MiB, then 413", lines[1])
+        for r in (0, 1):
+            self.assertIn(f"rank {r}: a fresh store client sees the flood's first key: True",
+                          lines[r])
+        self.assertIn("caf-hvd-allreduce: all sums correct (2 sizes x global/local/cross)",
+                      lines[0])
+        self.assertIn("over the job's torch store budget", err)
+        self.assertIn("the store and the job's other clients go on", err)
+        b_out, b_err = bystander.communicate(timeout=60)
+        self.assertEqual(bystander.returncode, 0, b_err)
+        self.assertEqual(rank_lines(b_out)[0], ["bystander done"])
+        self.assertIsNone(self.c.nodes["shared"][0].poll())  # the agent is still there
+        rc, out, err = self.c.run(["driver", "-np", "1", "-H", self.c.spec("shared", 1), "--",
+                                   "echo", "after"])
+        self.assertEqual(rc, 0, err)
+
     def test_unsupported_protocol_is_named_with_the_fix(self):
         # auto (the default): the store says what happened and what to do; the rank
         # decides the job's fate (here: exit 3).

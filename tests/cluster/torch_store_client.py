@@ -2,13 +2,15 @@
 torch's wire format (VALIDATE with the magic, PING, then SET=1, GET=3, ADD=4, CHECK=5,
 WAIT=6; keys carry torch's "/" prefix), and modes that use it inside a caf-hvd job.
 
-usage: torch_store_client.py mixed | garbage [SECONDS] | generations"""
+usage: torch_store_client.py mixed | garbage [SECONDS] | generations | flood DIR ALLREDUCE"""
 
 import os
 import socket
 import struct
+import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 MAGIC = 0x3C85F7CE
@@ -130,6 +132,54 @@ def generations():
             pass
 
 
+def flood(flag_dir, allreduce):
+    """Rank 1 floods the job's servers: 64 MiB torch store SETs until the store closes it
+    (the job's budget), 8 MiB rendezvous PUTs into an ad-hoc scope until they are
+    refused, and 100 idle connections to each server, held while the job goes on. Rank 0
+    waits for that. Then both ranks read the store with a fresh client and run
+    caf-hvd-allreduce, whose Gloo rendezvous goes through the same server."""
+    rank = int(os.environ["RANK"])
+    addr = os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"]
+    port = int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+    flag = os.path.join(flag_dir, "flooded")
+    idle = []
+    if rank == 1:
+        s = Store2(*master())
+        sets = 0
+        big = b"x" * (64 << 20)
+        try:
+            while sets < 100:
+                s.set(f"/flood{sets}", big)
+                s.check([f"/flood{sets}"])  # SET has no reply: a round trip shows it was kept
+                sets += 1
+        except (ConnectionError, OSError):
+            pass
+        puts, code = 0, None
+        while puts < 1000 and code is None:
+            req = urllib.request.Request(f"http://{addr}:{port}/junk/{puts}",
+                                         data=b"y" * (8 << 20), method="PUT")
+            try:
+                urllib.request.urlopen(req, timeout=30).read()
+                puts += 1
+            except urllib.error.HTTPError as e:
+                code = e.code
+        idle = [socket.create_connection((addr, port)) for _ in range(100)]
+        idle += [socket.create_connection(master()) for _ in range(100)]
+        print(f"flood: {sets} store SETs of 64 MiB kept, then the store closed the client; "
+              f"{puts} rendezvous PUTs of 8 MiB, then {code}", flush=True)
+        open(flag, "w").close()
+    else:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(flag):
+            if time.monotonic() > deadline:
+                sys.exit("rank 0: the flood did not finish")
+            time.sleep(0.05)
+    fresh = Store2(*master())
+    print(f"rank {rank}: a fresh store client sees the flood's first key: "
+          f"{fresh.check(['/flood0'])}", flush=True)
+    sys.exit(subprocess.run([allreduce, "--sizes", "4K,64K"]).returncode)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "mixed":
@@ -138,5 +188,7 @@ if __name__ == "__main__":
         garbage(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
     elif mode == "generations":
         generations()
+    elif mode == "flood":
+        flood(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown mode {mode}")

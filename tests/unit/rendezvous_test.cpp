@@ -146,6 +146,22 @@ TEST_CASE("store: the job's key budget holds, and finished keys give theirs back
   CHECK(s.total_keys() == 0);
 }
 
+TEST_CASE("store: ad-hoc scopes cannot take the room the planned scopes rendezvous in") {
+  kv_store s{kv_store::limits{100, 1000, 100}};
+  s.init(plan_3_plus_1());
+  int stored = 0;
+  while (s.put("junk", std::to_string(stored), std::string(100, 'x')) == kv_store::put_result::ok)
+    ++stored;
+  CHECK(stored == 7); // 75 % of 1,000 bytes
+  CHECK(s.adhoc_bytes() == 700);
+  for (auto r : {"0", "1", "2"}) // the ranks' addresses still fit
+    CHECK(s.put("global", r, std::string(90, 'a')) == kv_store::put_result::ok);
+  CHECK(s.put("global", "3", std::string(90, 'a')) == kv_store::put_result::store_full);
+  s.finish("junk", "0");
+  CHECK(s.adhoc_bytes() == 600);
+  CHECK(s.put("global", "3", std::string(90, 'a')) == kv_store::put_result::ok);
+}
+
 TEST_CASE("store: the hosts of each planned scope") {
   kv_store s;
   s.init(get_host_assignments({{"A", 1}, {"B", 2}}, 3));
