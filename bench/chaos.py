@@ -22,7 +22,9 @@ Each job is judged:
           after the driver's end;
   failed  a non-zero exit with one of the job's explained endings (every host of the
           previous generation gone, every host blacklisted, the elastic timeout, the
-          reset limit); "failed, unexplained" otherwise (counted, printed).
+          reset limit); "failed, host lost at the end" when the training finished but a
+          host of the final generation was lost before its rank's exit was seen;
+          "failed, unexplained" otherwise (counted, printed).
   ok      exit 0 and none of the above.
 Prints one line per job, then a summary; exits 1 if any job hung, lost state, computed a
 wrong result or left an orphan."""
@@ -286,13 +288,17 @@ class Soak:
                 verdicts.append("ok")
             elif any(re.search(x, err) for x in EXPLAINED):
                 verdicts.append("failed")
+            elif done in out and re.search(r"was lost", err):
+                # The training finished on rank 0, but a host of the final generation was
+                # lost before its rank's exit was seen (the job fails, naming the host).
+                verdicts.append("failed, host lost at the end")
             else:
                 verdicts.append("failed, unexplained")
         why = ""
         if rc != 0 or hung:
-            errors = [x for x in err.splitlines() if "error:" in x]
-            why = errors[-1][:200] if errors else err.strip().splitlines()[-1:] or ["?"]
-            why = why if isinstance(why, str) else why[0][:200]
+            errors = [x for x in err.splitlines() if "error:" in x or "job failed:" in x]
+            rest = err.strip().splitlines()[-1:] or ["?"]
+            why = (errors[-1] if errors else rest[0])[:200]
         gens = len(re.findall(r"generation \d+: rank 0 of", out))
         line = (f"job {n:3d}: {'/'.join(verdicts):20s} exit {rc:3d} {seconds:5.1f} s, "
                 f"{gens} generation(s), faults: {', '.join(faults) or '-'}")
@@ -342,7 +348,8 @@ def main():
         soak.close()
     print(f"chaos: {a.jobs} jobs in {time.monotonic() - t0:.0f} s (seed {a.seed}): " +
           ", ".join(f"{counts.get(k, 0)} {k}" for k in
-                    ("ok", "failed", "failed, unexplained", "hang", "lost", "wrong", "orphan")))
+                    ("ok", "failed", "failed, host lost at the end", "failed, unexplained",
+                     "hang", "lost", "wrong", "orphan")))
     bad = sum(counts.get(k, 0) for k in ("hang", "lost", "wrong", "orphan"))
     return 1 if bad else 0
 
