@@ -26,7 +26,8 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -I. -DFMT_HEADER_ONLY=0)
 sources=(runtime/host_spec.cpp runtime/assignment.cpp runtime/kv_store.cpp
          runtime/rendezvous_server.cpp runtime/torch_store_protocol.cpp runtime/channel.cpp
-         runtime/output_writer.cpp runtime/allocation.cpp runtime/timeline.cpp)
+         runtime/output_writer.cpp runtime/allocation.cpp runtime/timeline.cpp
+         runtime/allowlist.cpp)
 for t in "${targets[@]}"; do
   echo "building fuzz-$t"
   clang++-14 "${flags[@]}" "tests/fuzz/fuzz_$t.cpp" "${sources[@]}" -lfmt -lpthread \
