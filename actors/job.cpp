@@ -2106,6 +2106,13 @@ private:
         blacklist(ep);
         reconsider();
       } else if (had_ranks) {
+        // The job was ending (a rank of the final generation exited 0): the ranks of the
+        // lost host may have finished too, but their exits were not seen, so the job
+        // cannot claim success. Say so, rather than only that a host was lost.
+        what = fmt::format("node agent {} was lost after a rank of the final generation had "
+                           "finished ({}); the exits of its ranks were not seen, so the job "
+                           "cannot report success",
+                           h.label(), why);
         note_failure(what);
         if (!failure_)
           failure_ = what;

@@ -180,6 +180,27 @@ class ElasticTest(unittest.TestCase):
         wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 10,
                    "the lost agent's ranks to be gone")
 
+    def test_host_lost_after_rank_0_finished_is_named(self):
+        """Rank 0 (on ha) exits 0; rank 1's agent (hb) is then killed before its rank's exit
+        is seen: the job cannot claim success, and says why in those words."""
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        program = ["sh", "-c", 'if [ "$HOROVOD_RANK" = 0 ]; then echo done; exit 0; fi; '
+                               "echo waiting; sleep 30"]
+        self.start("--min-np", "2", program=program)
+        wait_until(lambda: pid_with_env("sleep", prefix=True, HOROVOD_RANK=1) is not None, 20,
+                   "rank 1 to start")
+        time.sleep(1)  # rank 0's exit reaches the driver
+        os.killpg(self.c.nodes["hb"][0].pid, signal.SIGKILL)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 1, err)
+        self.assertRegex(err, r"node agent hb \(127\.0\.0\.1:\d+\) was lost after a rank of "
+                              r"the final generation had finished \(.*\); the exits of its "
+                              r"ranks were not seen, so the job cannot report success")
+        wait_until(lambda: not pids_matching("sleep 30", prefix=True), 10,
+                   "the lost agent's rank to be gone")
+
     def test_hung_node_agent(self):
         """An agent stopped with SIGSTOP: heartbeats time out, its host leaves the job, and
         the job goes on; its rank (still running) is told -1 when it re-joins."""
