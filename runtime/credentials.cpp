@@ -35,19 +35,10 @@ template <class T, void (*Free)(T*)> struct deleter {
 using pkey_ptr = std::unique_ptr<EVP_PKEY, deleter<EVP_PKEY, EVP_PKEY_free>>;
 using x509_ptr = std::unique_ptr<X509, deleter<X509, X509_free>>;
 
-std::string ssl_error() {
-  auto code = ERR_get_error();
-  if (code == 0)
-    return "unknown OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(code, buf, sizeof(buf));
-  return buf;
-}
-
 pkey_ptr new_key() {
   pkey_ptr key{EVP_EC_gen("P-256")};
   if (!key)
-    throw credentials_error("cannot generate a key: " + ssl_error());
+    throw credentials_error("cannot generate a key: " + openssl_error());
   return key;
 }
 
@@ -88,7 +79,7 @@ x509_ptr new_cert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* 
                            : role == cert_role::driver ? "critical,clientAuth"
                                                        : "serverAuth,clientAuth");
   if (!X509_sign(cert.get(), issuer_key ? issuer_key : key, EVP_sha256()))
-    throw credentials_error("cannot sign a certificate: " + ssl_error());
+    throw credentials_error("cannot sign a certificate: " + openssl_error());
   return cert;
 }
 
@@ -364,7 +355,7 @@ std::vector<std::string> revoke_credentials(const std::string& dir, const std::s
   }
   X509_CRL_sort(crl.get());
   if (!X509_CRL_sign(crl.get(), ca.key.get(), EVP_sha256()))
-    throw credentials_error("cannot sign the revocation list: " + ssl_error());
+    throw credentials_error("cannot sign the revocation list: " + openssl_error());
   write_with(dir + "/crl.pem", 0644, true,
              [&](FILE* f) { return PEM_write_X509_CRL(f, crl.get()) == 1; });
   // Member directories issued from here get the new list too.
@@ -450,6 +441,15 @@ cert_role role_of(x509_st* cert) {
   if (client && !server)
     return cert_role::driver;
   return cert_role::member;
+}
+
+std::string openssl_error() {
+  auto code = ERR_get_error();
+  if (code == 0)
+    return "unknown OpenSSL error";
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof(buf));
+  return buf;
 }
 
 const char* to_string(cert_role r) {

@@ -30,6 +30,9 @@ const char* to_string(cert_role r);
 /// The role a certificate's extended key usage gives it.
 cert_role role_of(x509_st* cert);
 
+/// The oldest error in this thread's OpenSSL error queue, as text (and taken off it).
+std::string openssl_error();
+
 /// Paths of the credentials one process uses.
 struct cluster_credentials {
   std::string dir;

@@ -156,15 +156,6 @@ int verify(int ok, X509_STORE_CTX* store) {
   return 1;
 }
 
-std::string openssl_error() {
-  auto code = ERR_get_error();
-  if (code == 0)
-    return "unknown OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(code, buf, sizeof(buf));
-  return buf;
-}
-
 std::mutex shared_mtx;
 SSL_CTX* shared_ctx = nullptr;
 std::unique_ptr<context_spec> shared_spec;

@@ -409,20 +409,30 @@ TEST_CASE("server: one client address cannot take every long poll or connection"
   ::close(extra);
 }
 
-TEST_CASE("server: only the job's hosts connect, and a vote only from the host it names") {
-  // loopback plays a remote client here (not trusted as the driver's own host)
-  auto allow = std::make_shared<address_allowlist>(false);
-  allow->add_host("A", {"127.0.0.1"});
-  allow->add_host("B", {"10.99.0.2"});
+// Options of a server whose job has host A at 127.0.0.1 (loopback plays a remote client:
+// not trusted as the driver's own host) and host B elsewhere; refusals are collected.
+struct allowlisted {
+  std::shared_ptr<address_allowlist> allow = std::make_shared<address_allowlist>(false);
   std::vector<std::string> reported;
   std::mutex m;
-  rendezvous_options o;
-  o.allowlist = allow;
-  o.on_refused = [&](const std::string& what) {
-    std::lock_guard g{m};
-    reported.push_back(what);
-  };
-  rendezvous_server srv{o};
+  rendezvous_options options() {
+    allow->add_host("A", {"127.0.0.1"});
+    allow->add_host("B", {"10.99.0.2"});
+    rendezvous_options o;
+    o.allowlist = allow;
+    o.on_refused = [this](const std::string& what) {
+      std::lock_guard g{m};
+      reported.push_back(what);
+    };
+    return o;
+  }
+};
+
+TEST_CASE("server: only the job's hosts connect, and a vote only from the host it names") {
+  allowlisted a;
+  auto& reported = a.reported;
+  auto& m = a.m;
+  rendezvous_server srv{a.options()};
   srv.init(plan_3_plus_1());
   srv.enable_elastic([](const std::string&, int) {});
   CHECK(status_of(request(srv.port(), "PUT", "/global/x", "1")) == 200); // A's address
@@ -458,18 +468,10 @@ TEST_CASE("server: only the job's hosts connect, and a vote only from the host i
 }
 
 TEST_CASE("server: a planned scope is written only by the hosts whose ranks use it") {
-  auto allow = std::make_shared<address_allowlist>(false); // loopback plays host A
-  allow->add_host("A", {"127.0.0.1"});
-  allow->add_host("B", {"10.99.0.2"});
-  std::vector<std::string> reported;
-  std::mutex m;
-  rendezvous_options o;
-  o.allowlist = allow;
-  o.on_refused = [&](const std::string& what) {
-    std::lock_guard g{m};
-    reported.push_back(what);
-  };
-  rendezvous_server srv{o};
+  allowlisted a;
+  auto& reported = a.reported;
+  auto& m = a.m;
+  rendezvous_server srv{a.options()};
   srv.init(get_host_assignments({{"A", 1}, {"B", 2}}, 3));
   CHECK(status_of(request(srv.port(), "PUT", "/global/0", "a")) == 200);
   CHECK(status_of(request(srv.port(), "PUT", "/local_A/0", "a")) == 200);
