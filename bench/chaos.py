@@ -288,9 +288,10 @@ class Soak:
                 verdicts.append("ok")
             elif any(re.search(x, err) for x in EXPLAINED):
                 verdicts.append("failed")
-            elif done in out and re.search(r"was lost", err):
-                # The training finished on rank 0, but a host of the final generation was
-                # lost before its rank's exit was seen (the job fails, naming the host).
+            elif re.search(r"was lost after a rank of the final generation had finished", err):
+                # A rank of the final generation finished (so, the steps being collective,
+                # did every rank's loop), but a host was lost before its ranks' exits were
+                # seen: the job fails, saying so.
                 verdicts.append("failed, host lost at the end")
             else:
                 verdicts.append("failed, unexplained")
