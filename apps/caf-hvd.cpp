@@ -306,7 +306,9 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
 // -- node ----------------------------------------------------------------------------
 
 int run_node(int argc, char** argv) {
-  po::options_description desc{"caf-hvd node: a node agent that runs ranks for drivers.\n\n"
+  po::options_description desc{"caf-hvd node: a node agent that runs ranks for drivers.\n"
+                               "SIGTERM or SIGINT stop it (its ranks first); SIGHUP re-reads "
+                               "its credentials (a new crl.pem).\n\n"
                                "usage: caf-hvd node [--port PORT] [--name NAME] [--slots N] "
                                "[--bind ADDR]\n\noptions"};
   int port = default_node_port;
