@@ -41,12 +41,8 @@ TEST_CASE("probes: a responder answers with its name and the address it saw") {
 
 TEST_CASE("probes: refused and silent peers fail within the timeout") {
   probe_responder a{"node-a"};
-  uint16_t dead;
-  {
-    probe_responder gone{"gone"};
-    dead = gone.port();
-  }
-  // a silent peer: it listens (the kernel completes the handshake) but never answers
+  // a silent peer: it listens (the kernel completes the handshake) but never answers;
+  // bound before the dead peer's port is freed, so the kernel cannot hand it that port
   int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -55,6 +51,11 @@ TEST_CASE("probes: refused and silent peers fail within the timeout") {
   REQUIRE(::listen(silent, 8) == 0);
   socklen_t len = sizeof(sa);
   ::getsockname(silent, reinterpret_cast<sockaddr*>(&sa), &len);
+  uint16_t dead;
+  {
+    probe_responder gone{"gone"};
+    dead = gone.port();
+  }
   auto t0 = std::chrono::steady_clock::now();
   auto results = probe_peers({{"lo", "127.0.0.1", 8, true}},
                              {{"gone", "127.0.0.1", dead}, {"node-b", "127.0.0.1", ntohs(sa.sin_port)}},
