@@ -13,7 +13,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <initializer_list>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -71,16 +70,51 @@ int main(int argc, char** argv) {
   if (const char* orig = std::getenv("CAF_HVD_RANK_NOFILE")) {
     rlimit lim{};
     if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
-      lim.rlim_cur = std::min<rlim_t>(static_cast<rlim_t>(std::strtoull(orig, nullptr, 10)),
-                                      lim.rlim_max);
+      lim.rlim_cur =
+          std::min<rlim_t>(static_cast<rlim_t>(std::strtoull(orig, nullptr, 10)), lim.rlim_max);
       ::setrlimit(RLIMIT_NOFILE, &lim);
     }
     ::unsetenv("CAF_HVD_RANK_NOFILE");
   }
-  pid_t child = -1;
-  int rc = posix_spawnp(&child, argv[4], nullptr, nullptr, argv + 4, environ);
-  if (rc != 0) {
-    report("exec %d", rc);
+  // fork + exec rather than posix_spawn, so the command can be told to die with this
+  // shim: a batch system that kills a step's processes one by one (Slurm's
+  // proctrack/linuxproc) may SIGKILL the shim before its own handler ends the group, and
+  // the command, reparented, would then be out of everyone's reach. An exec failure
+  // comes back through a close-on-exec pipe.
+  int failed_exec[2];
+  if (::pipe2(failed_exec, O_CLOEXEC) != 0) {
+    report("exec %d", errno);
+    return 127;
+  }
+  pid_t shim = ::getpid();
+  pid_t child = ::fork();
+  if (child < 0) {
+    report("exec %d", errno);
+    return 127;
+  }
+  if (child == 0) {
+    ::close(failed_exec[0]);
+    for (int sig : {SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) // the shim's handlers
+      ::signal(sig, SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != shim) // the shim died before the line above took effect
+      ::_exit(127);
+    ::execvp(argv[4], argv + 4);
+    int e = errno;
+    (void)!::write(failed_exec[1], &e, sizeof(e));
+    ::_exit(127);
+  }
+  ::close(failed_exec[1]);
+  int exec_errno = 0;
+  ssize_t n = -1;
+  do {
+    n = ::read(failed_exec[0], &exec_errno, sizeof(exec_errno));
+  } while (n < 0 && errno == EINTR);
+  ::close(failed_exec[0]);
+  if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
+    while (::waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    report("exec %d", exec_errno);
     return 127;
   }
   int wstatus = 0;

@@ -194,6 +194,23 @@ class ClusterTest(unittest.TestCase):
         rc, _, err = self.c.run(["run", "-np", "3", "--", "true"])
         self.assertEqual(rc, 0, err)
 
+    def test_a_rank_dies_with_its_shim_even_when_the_shim_is_sigkilled(self):
+        # A batch system that kills a step's processes one by one may SIGKILL the shim
+        # (caf-hvd-exec) before it can end the rank's group: the rank must not survive it.
+        rank_cmd = f"sleep {100000 + int(self.marker) % 100000}"  # unique to this test
+        p = self.c.start(["run", "-np", "1", "--", "sh", "-c", f"echo up; exec {rank_cmd}"])
+        self.assertIn("up", p.stdout.readline())
+        wait_until(lambda: pids_matching(rank_cmd, prefix=True), 5, "the rank to exec")
+        shims = [pid for pid in pids_matching("caf-hvd-exec")
+                 if rank_cmd in open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+                 .replace("\0", " ")]
+        self.assertEqual(len(shims), 1, shims)
+        os.kill(shims[0], signal.SIGKILL)
+        wait_until(lambda: not pids_matching(rank_cmd, prefix=True), 5,
+                   "the rank to die with its shim")
+        p.kill()
+        p.communicate()
+
     def test_teardown_sigterm_then_sigkill_after_grace(self):
         # Rank 1 ignores SIGTERM and must be killed after the grace period; rank 2 exits
         # cleanly on SIGTERM and says so.

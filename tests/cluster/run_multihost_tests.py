@@ -530,6 +530,9 @@ PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         while ((self.agents_left() or pids_matching("sleep 300", prefix=True))
                and time.monotonic() < deadline):
             time.sleep(0.2)
+        left = pids_matching("sleep 300", prefix=True)
+        if left:
+            print(subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etimes,cmd"], capture_output=True, text=True).stdout, file=open("/tmp/psdump.txt", "w"))
         self.assertFalse(self.agents_left(), "agents outlived a SIGKILLed driver")
         self.assertEqual(describe_pids(pids_matching("sleep 300", prefix=True)), [],
                          "ranks outlived a SIGKILLed driver")
