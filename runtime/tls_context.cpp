@@ -158,7 +158,6 @@ int verify(int ok, X509_STORE_CTX* store) {
 
 std::mutex shared_mtx;
 SSL_CTX* shared_ctx = nullptr;
-std::unique_ptr<context_spec> shared_spec;
 
 std::mutex failures_mtx;
 std::map<std::string, std::string> failures;
@@ -211,26 +210,6 @@ void install(const context_spec& spec) {
   if (shared_ctx)
     SSL_CTX_free(shared_ctx); // connections made with it hold their own references
   shared_ctx = ctx;
-  shared_spec = std::make_unique<context_spec>(spec);
-}
-
-std::string reload() {
-  context_spec spec;
-  {
-    std::lock_guard guard{shared_mtx};
-    if (!shared_spec)
-      return "no TLS context is installed";
-    spec = *shared_spec;
-  }
-  // A revocation list may have appeared since the start.
-  if (spec.creds.crl.empty() && ::access((spec.creds.dir + "/crl.pem").c_str(), F_OK) == 0)
-    spec.creds.crl = spec.creds.dir + "/crl.pem";
-  try {
-    install(spec);
-  } catch (const credentials_error& e) {
-    return e.what();
-  }
-  return {};
 }
 
 SSL_CTX* acquire_shared() {

@@ -30,10 +30,6 @@ SSL_CTX* build_context(const context_spec& spec);
 /// made before keep theirs). Throws credentials_error, keeping the earlier one.
 void install(const context_spec& spec);
 
-/// Rebuilds the shared context from the same files (the revocation list re-read).
-/// Returns an empty string, or why the files did not load (the old context stays).
-std::string reload();
-
 /// The shared context with a reference taken for the caller, or nullptr when none is
 /// installed.
 SSL_CTX* acquire_shared();
