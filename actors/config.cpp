@@ -49,11 +49,15 @@ void hvd_config::enable_network(const liveness& l, const cluster_credentials* cr
     openssl_certificate = creds->cert;
     openssl_key = creds->key;
     openssl_cafile = creds->ca_cert;
-    tls::install({*creds, [](const std::string& line) {
-                    std::fprintf(stderr, "caf-hvd: %s\n", line.c_str());
-                  }});
+    install_tls(*creds);
     load<caf::openssl::manager>();
   }
+}
+
+void install_tls(const cluster_credentials& creds) {
+  tls::install({creds, [](const std::string& line) {
+                  std::fprintf(stderr, "caf-hvd: %s\n", line.c_str());
+                }});
 }
 
 const node_settings& settings_of(caf::actor_system& sys) {

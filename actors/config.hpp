@@ -43,6 +43,10 @@ public:
 /// The node settings of the system an actor runs in.
 const node_settings& settings_of(caf::actor_system& sys);
 
+/// Makes `creds` the process's TLS context (runtime/tls_context), its notices on stderr;
+/// enable_network does it at start, a node agent again on SIGHUP.
+void install_tls(const cluster_credentials& creds);
+
 /// Spawns the guardian of a node: colocators enlist with it; on shutdown_atom (with an
 /// optional reason) it asks each to stop its ranks as a driver would (SIGTERM, grace,
 /// SIGKILL, exits reported as stopped by the agent) and quits when they are gone.

@@ -28,7 +28,6 @@
 #include "actors/protocol.hpp"
 #include "runtime/allocation.hpp"
 #include "runtime/credentials.hpp"
-#include "runtime/tls_context.hpp"
 #include "runtime/env.hpp"
 #include "runtime/gpu.hpp"
 #include "runtime/host_spec.hpp"
@@ -425,9 +424,7 @@ int run_node(int argc, char** argv) {
         // The same checks as at the start (a list not signed by the CA, this agent's
         // own certificate revoked) before the new list takes effect.
         auto fresh = load_cluster(creds->dir, creds->role);
-        tls::install({fresh, [](const std::string& line) {
-                        std::fprintf(stderr, "caf-hvd: %s\n", line.c_str());
-                      }});
+        install_tls(fresh);
         std::cerr << fmt::format("caf-hvd node '{}': SIGHUP: reloaded the credentials in {}{}\n",
                                  name, creds->dir,
                                  fresh.crl.empty() ? "" : " (revocation list " + fresh.crl + ")");

@@ -40,13 +40,10 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
-_BUILD = sys.argv[sys.argv.index("--build") + 1] if "--build" in sys.argv[:-1] else \
-    os.path.join(ROOT, "build")
-os.environ.setdefault("CAF_HVD", os.path.join(_BUILD, "apps", "caf-hvd"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_env import BUILD  # noqa: E402
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE",
-                           os.path.join(_BUILD, "apps", "caf-hvd-allreduce"))
+                           os.path.join(BUILD, "apps", "caf-hvd-allreduce"))
 import netns  # noqa: E402
 from harness import CAF_HVD  # noqa: E402
 

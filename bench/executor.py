@@ -16,12 +16,9 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_env import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
-_BUILD = sys.argv[sys.argv.index("--build") + 1] if "--build" in sys.argv[:-1] else \
-    os.path.join(ROOT, "build")
-os.environ.setdefault("CAF_HVD", os.path.join(_BUILD, "apps", "caf-hvd"))
 
 from caf_hvd import Executor  # noqa: E402
 from harness import Cluster  # noqa: E402

@@ -19,11 +19,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
-_BUILD = sys.argv[sys.argv.index("--build") + 1] if "--build" in sys.argv[:-1] else \
-    os.path.join(ROOT, "build")
-os.environ.setdefault("CAF_HVD", os.path.join(_BUILD, "apps", "caf-hvd"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_env  # noqa: E402,F401
 from harness import CAF_HVD, Cluster  # noqa: E402
 
 PHASES = re.compile(r"time\s+[\d.]+ ms \((.*) ms\)")

@@ -324,6 +324,7 @@ std::vector<std::string> revoke_credentials(const std::string& dir, const std::s
         })) {
       now_revoked.push_back(e.serial);
       append_line(dir + "/revoked.tsv", fmt::format("{}\t{}\t{}", e.serial, e.role, e.name));
+      revoked.push_back(e);
     }
   if (now_revoked.empty()) {
     bool known = std::any_of(issued.begin(), issued.end(), [&](auto& e) { return e.name == name; });
@@ -341,7 +342,7 @@ std::vector<std::string> revoke_credentials(const std::string& dir, const std::s
       next{X509_gmtime_adj(nullptr, 60L * 60 * 24 * 3650)};
   X509_CRL_set1_lastUpdate(crl.get(), now.get());
   X509_CRL_set1_nextUpdate(crl.get(), next.get());
-  for (auto& r : read_index(dir + "/revoked.tsv")) {
+  for (auto& r : revoked) {
     BIGNUM* bn = nullptr;
     if (BN_hex2bn(&bn, r.serial.c_str()) == 0)
       throw credentials_error(fmt::format("{}/revoked.tsv: bad serial '{}'", dir, r.serial));

@@ -164,7 +164,8 @@ void torch_store_server::impl::accept() {
       if (!pe && !(loopback_exempt && from.is_loopback())) // the driver's own host
         client = from.to_string();
     }
-    if (!ec && !client.empty() && conns_of[client] >= per_client_limit) {
+    auto open = conns_of.find(client);
+    if (!ec && !client.empty() && open != conns_of.end() && open->second >= per_client_limit) {
       if (allowlist && on_refused && allowlist->first_refusal("torch store limit", client))
         on_refused(fmt::format("the torch store refused a connection from {}: it already has "
                                "{} connections open (the per-client limit)",
@@ -180,8 +181,6 @@ void torch_store_server::impl::accept() {
     } else if (!ec) {
       report(fmt::format("refused a connection: {} connections are open", max_connections));
     }
-    if (!client.empty() && conns_of[client] == 0)
-      conns_of.erase(client);
     if (ec && ec != net::error::operation_aborted) {
       // Out of descriptors and similar: retry a little later rather than spin.
       auto t = std::make_shared<net::steady_timer>(io, std::chrono::milliseconds(50));
