@@ -37,9 +37,16 @@ void on_agent_death(int) {
   ::kill(0, SIGKILL); // the whole process group, this shim included
 }
 
-void on_forwarded_signal(int) {
-  // The agent signals the whole group, so the command got this signal too; the shim
-  // stays to report how the command ends. A handler (not SIG_IGN) resets on exec.
+// A stop signal that came before the command existed (the agent stopping a rank that is
+// still starting): the command never got it, so the shim passes it on.
+volatile sig_atomic_t early_signal = 0;
+volatile sig_atomic_t command_started = 0;
+
+void on_forwarded_signal(int sig) {
+  // The agent signals the whole group, so a running command got this signal too; the
+  // shim stays to report how the command ends.
+  if (!command_started)
+    early_signal = sig;
 }
 
 } // namespace
@@ -87,8 +94,15 @@ int main(int argc, char** argv) {
     return 127;
   }
   pid_t shim = ::getpid();
+  // Signals stay blocked across the fork until the child has default handlers again (as
+  // posix_spawn does): a SIGTERM for the group that arrives in between is then held and
+  // ends the child, instead of running the shim's no-op handler and being lost.
+  sigset_t all, before;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &before);
   pid_t child = ::fork();
   if (child < 0) {
+    sigprocmask(SIG_SETMASK, &before, nullptr);
     report("exec %d", errno);
     return 127;
   }
@@ -96,6 +110,7 @@ int main(int argc, char** argv) {
     ::close(failed_exec[0]);
     for (int sig : {SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) // the shim's handlers
       ::signal(sig, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &before, nullptr);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != shim) // the shim died before the line above took effect
       ::_exit(127);
@@ -104,6 +119,10 @@ int main(int argc, char** argv) {
     (void)!::write(failed_exec[1], &e, sizeof(e));
     ::_exit(127);
   }
+  sigprocmask(SIG_SETMASK, &before, nullptr); // signals held since the fork run now
+  command_started = 1;
+  if (early_signal)
+    ::kill(child, early_signal);
   ::close(failed_exec[1]);
   int exec_errno = 0;
   ssize_t n = -1;
