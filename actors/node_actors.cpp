@@ -19,6 +19,19 @@
 
 namespace cafhvd {
 
+namespace {
+
+// The colocator's workers: monitored once, whether counted at spawn or when they enlist.
+void enlist(colocator_actor::stateful_pointer<colocator_state> self, worker_actor w) {
+  auto& ws = self->state.workers;
+  if (std::find(ws.begin(), ws.end(), w) != ws.end())
+    return;
+  self->monitor(w);
+  ws.push_back(std::move(w));
+}
+
+} // namespace
+
 colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<colocator_state> self,
                                             driver_actor driver, std::string job,
                                             int32_t grace_ms) {
@@ -127,8 +140,12 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           auto w = self->system().spawn<worker_actor>(worker_type_name,
                                                       caf::make_message(me, st.driver, id));
           out.push_back(w ? *w : worker_actor{});
-          if (w)
+          if (w) {
             st.by_slot[id] = *w;
+            // Counted from now, not from its enlist message (which the worker sends when
+            // it first runs, possibly after a stop): a stop must reach every worker.
+            enlist(self, *w);
+          }
         }
         return out;
       },
@@ -173,10 +190,7 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         }
         return rp;
       },
-      [=](enlist_atom, worker_actor w) {
-        self->monitor(w);
-        self->state.workers.push_back(std::move(w));
-      },
+      [=](enlist_atom, worker_actor w) { enlist(self, std::move(w)); },
       [=](terminate_atom, int32_t grace) {
         for (auto& w : self->state.workers)
           self->send(w, terminate_atom::value, int32_t{SIGTERM});
@@ -219,17 +233,17 @@ void open_channel(worker_ptr self, int fd, uint64_t max_frame) {
       fd, max_frame > 0 ? max_frame : default_max_frame,
       [hdl, window](frame&& f) {
         switch (f.kind) {
-          case frame_kind::result:
-            caf::anon_send(hdl, result_atom::value, f.id, std::move(f.payload));
-            break;
-          case frame_kind::log:
-            if (window->acquire())
-              caf::anon_send(hdl, log_atom::value, std::move(f.payload));
-            break;
-          default:
-            caf::anon_send(hdl, chanend_atom::value,
-                           fmt::format("sent a {} frame (a rank may send only result and log)",
-                                       frame_kind_name(static_cast<uint8_t>(f.kind))));
+        case frame_kind::result:
+          caf::anon_send(hdl, result_atom::value, f.id, std::move(f.payload));
+          break;
+        case frame_kind::log:
+          if (window->acquire())
+            caf::anon_send(hdl, log_atom::value, std::move(f.payload));
+          break;
+        default:
+          caf::anon_send(hdl, chanend_atom::value,
+                         fmt::format("sent a {} frame (a rank may send only result and log)",
+                                     frame_kind_name(static_cast<uint8_t>(f.kind))));
         }
       },
       [hdl](const std::string& problem) { caf::anon_send(hdl, chanend_atom::value, problem); });
@@ -256,6 +270,17 @@ void channel_broke(worker_ptr self, const std::string& what) {
   self->send(st.driver, chanfail_atom::value, st.rank, what);
   if (st.child)
     st.child->signal_group(SIGKILL);
+}
+
+// A signal for the rank's process group; one that comes before the process exists (the
+// job stopping ranks whose launch is still on its way) is kept and sent after the launch,
+// or the rank would run until the teardown's SIGKILL. SIGKILL outranks a kept SIGTERM.
+void signal_rank(worker_ptr self, int32_t sig) {
+  auto& st = self->state;
+  if (st.child)
+    st.child->signal_group(sig);
+  else if (st.early_signal != SIGKILL)
+    st.early_signal = sig;
 }
 
 } // namespace
@@ -314,6 +339,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
           report_exit(exit_status{127, 0, e.what()});
           return 0;
         }
+        if (st.early_signal) // stopped while its launch was on its way
+          st.child->signal_group(st.early_signal);
         if (spec.executor) {
           ::close(sv[1]);
           open_channel(self, sv[0], spec.max_frame);
@@ -375,14 +402,10 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
           return;
         channel_broke(self, fmt::format("did not answer call {} within its deadline", id));
       },
-      [=](terminate_atom, int32_t sig) {
-        if (self->state.child)
-          self->state.child->signal_group(sig);
-      },
+      [=](terminate_atom, int32_t sig) { signal_rank(self, sig); },
       [=](stop_atom, const std::string& why) {
         self->state.stopped_by = why;
-        if (self->state.child)
-          self->state.child->signal_group(SIGTERM);
+        signal_rank(self, SIGTERM);
       },
       [=](output_atom, output_batch& batch) {
         auto window = self->state.window;

@@ -31,7 +31,7 @@ struct colocator_state {
   std::map<uint64_t, caf::typed_response_promise<std::vector<probe_result>>> probes;
   uint64_t next_probe = 1;
   std::map<uint32_t, worker_actor> by_slot; // workers it spawned, by slot id
-  std::shared_ptr<gpu_pool> gpu_pool_held; // set once devices are lent to this job
+  std::shared_ptr<gpu_pool> gpu_pool_held;  // set once devices are lent to this job
   uint64_t gpu_owner = 0;
   static inline const char* name = "colocator";
 };
@@ -48,7 +48,8 @@ struct worker_state {
   std::unique_ptr<child_process> child; // destroyed before the window: kills the group
   driver_actor driver;
   uint32_t rank = 0;
-  std::string stopped_by; // why the agent stopped this rank, if it did
+  std::string stopped_by;   // why the agent stopped this rank, if it did
+  int32_t early_signal = 0; // a stop that came before the launch, sent once it is done
   // executor mode: the channel to the process and the calls it has not answered yet,
   // oldest first (a rank answers in order)
   std::unique_ptr<frame_channel> channel;

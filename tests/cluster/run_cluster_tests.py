@@ -194,6 +194,18 @@ class ClusterTest(unittest.TestCase):
         rc, _, err = self.c.run(["run", "-np", "3", "--", "true"])
         self.assertEqual(rc, 0, err)
 
+    def test_ranks_stopped_while_starting_get_sigterm_not_the_grace_and_sigkill(self):
+        # Rank 0 fails at once, so the others are stopped while some are still starting.
+        # A stop that reached a shim before its command existed used to be lost: that rank
+        # ran until SIGKILL after the grace (code 137, here 30 s).
+        for attempt in range(20):
+            rc, _, err = self.c.run(["run", "-np", "8", "--kill-grace-seconds", "30", "--",
+                                     "sh", "-c", 'if [ "$HOROVOD_RANK" = 0 ]; then exit 3; fi; '
+                                     "exec sleep 60"], timeout=60)
+            self.assertEqual(rc, 3, err)
+            summary = re.search(r"processes\s+8 \((.*)\)", err).group(1)
+            self.assertNotIn("137", summary, f"attempt {attempt}: {err}")
+
     def test_a_rank_dies_with_its_shim_even_when_the_shim_is_sigkilled(self):
         # A batch system that kills a step's processes one by one may SIGKILL the shim
         # (caf-hvd-exec) before it can end the rank's group: the rank must not survive it.
