@@ -6,10 +6,15 @@
 //   generation  ready hosts in age order -> get_host_assignments -> a plan (a value,
 //               runtime/generation); slots of the plan without a process get one,
 //               processes that run are never restarted
-//   barrier     elastic: every slot votes with GET /rank_and_size/<host>:<lr>; the last
-//               vote releases the plan. Fresh processes have --start-timeout to vote,
-//               processes holding state (they joined a released generation) are waited
-//               for up to --elastic-timeout. Static jobs have no barrier.
+//   barrier     elastic, as horovodrun's driver: generation 1 is released at once and its
+//               processes start with it. A later plan is released when every process it
+//               carries over voted with GET /rank_and_size/<host>:<lr> (waited for up to
+//               --elastic-timeout: they may be in a long step); its fresh slots start at
+//               the release with the released plan in their environment and never vote
+//               (a real Horovod worker's first hvd.init() reads its environment). Host
+//               changes reach running ranks through rank 0's notification service
+//               (Horovod's HostsUpdatedRequest) and /elastic/update. Static jobs have one
+//               plan, released at once.
 //   failure     static (fail fast): the first rank that fails, or a lost agent, stops
 //               the job with that rank's code. Elastic: its host is blacklisted (with
 //               cooldown if configured) and the next generation starts at once, as long
@@ -48,6 +53,7 @@
 #include "runtime/event_log.hpp"
 #include "runtime/generation.hpp"
 #include "runtime/gpu.hpp"
+#include "runtime/horovod_wire.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
@@ -63,6 +69,10 @@ using job_actor = driver_full_actor::extend<
     caf::reacts_to<discover_atom, bool, std::string>, // the script's output or error
     caf::reacts_to<vote_atom, std::string, int32_t>,  // GET /rank_and_size/<host>:<lr>
     caf::reacts_to<rejoin_atom, uint64_t>,            // ranks asked for a new generation
+    // PUT /worker_addresses/<host>:<lr>: a Horovod worker's notification service (body)
+    caf::reacts_to<register_atom, std::string, int32_t, std::string>,
+    // rank 0 was told of generation G's host change: (G, slot, "" or why not)
+    caf::reacts_to<notified_atom, uint64_t, std::string, std::string>,
     caf::reacts_to<retire_atom, uint32_t, int32_t>,   // signal a stopped slot's process
     // a discovered host resolved (its address) and reachable ("" = yes) or why not
     caf::reacts_to<probed_atom, std::string, std::string, std::string>>;
@@ -127,6 +137,7 @@ struct eslot {
   int rank = -1;        // in the current plan, or the last one it had
   int exit_code = -1;
   bool launched = false;            // its process was started
+  bool launching = false;           // its launch was asked for
   clock_type::time_point started{}; // when its process was asked for
   // executor mode
   std::deque<uint64_t> calls;  // sent to it and not answered yet
@@ -182,6 +193,12 @@ public:
         [this](discover_atom) { run_discovery(); },
         [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
         [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
+        [this](register_atom, std::string& host, int32_t lr, std::string& body) {
+          on_register(host, lr, body);
+        },
+        [this](notified_atom, uint64_t g, std::string& slot, std::string& problem) {
+          on_notified(g, slot, problem);
+        },
         [this](rejoin_atom, uint64_t gen) { on_rejoin(gen); },
         [this](result_atom, uint32_t slot, uint64_t id, std::string& payload) {
           on_result(slot, id, std::move(payload));
@@ -1267,9 +1284,13 @@ private:
     }
     auto hdl = caf::actor_cast<job_actor>(this);
     if (elastic_) {
-      server_->enable_elastic([hdl](const std::string& host, int lr) {
-        caf::anon_send(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
-      });
+      server_->enable_elastic(
+          [hdl](const std::string& host, int lr) {
+            caf::anon_send(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
+          },
+          [hdl](const std::string& host, int lr, const std::string& body) {
+            caf::anon_send(hdl, register_atom::value, host, static_cast<int32_t>(lr), body);
+          });
       server_->set_update(0, "generation 0\nchange none\n");
     }
     log("rendezvous server on {}:{}", bind, server_->port());
@@ -1509,37 +1530,43 @@ private:
           added.empty() && removed.empty() && !reason.empty() ? " (" + reason + ")"
                                                               : std::string{});
     } else {
-      // No barrier: the plan is the job's from the start (Horovod's static rendezvous).
       log("{} ranks on {}", gen_.plan.size(), layout);
-      server_->init(gen_.plan);
-      gen_.released = true;
-      released_gen_ = gen_.number;
-      released_hosts_ = gen_.hosts();
-      events_.emit("generation.released", {{"generation", gen_.number}});
     }
-    // New slots get processes (one batch per host); running ones learn their place
-    // through rank_and_size.
+    // Processes that run carry over and learn their place through rank_and_size; the
+    // other slots are fresh: their processes start when the plan is released. A worker
+    // spawned for an earlier plan whose process has not been asked for yet is fresh too.
     std::map<std::string, std::vector<std::pair<std::string, slot_info>>> fresh; // by host
     std::vector<std::string> host_order;
     for (size_t r = 0; r < gen_.plan.size() && !done_; ++r) {
       auto& row = gen_.plan[r];
       auto key = slot_key(row.hostname, row.local_rank);
-      if (auto* s = current(key); s && s->running && !s->retired) {
+      auto* s = current(key);
+      if (s && s->running && !s->retired) {
         s->rank = row.rank;
+        if (!s->launching)
+          gen_.fresh.insert(key);
         continue;
       }
+      gen_.fresh.insert(key);
       if (!fresh.count(row.hostname))
         host_order.push_back(row.hostname);
       fresh[row.hostname].emplace_back(key, row);
     }
+    // No barrier for the first plan (Horovod's static rendezvous, and horovodrun's first
+    // elastic generation): it is the job's from the start.
+    if (!elastic_ || gen_.number == 1)
+      release_generation();
+    // Workers of fresh slots are spawned now; their processes wait for the release.
     for (auto& host : host_order)
       if (!done_)
         start_slots(host, fresh[host]);
     barrier_check_.reset();
     if (!torch_store_)
       find_master_port();
-    if (!elastic_)
+    if (!elastic_ || gen_.released)
       return;
+    if (reason.empty())
+      notify_running_ranks(change);
     schedule_barrier_check();
     check_release();
   }
@@ -1649,6 +1676,12 @@ private:
       send_exit(s.worker, caf::exit_reason::user_shutdown);
       return std::nullopt;
     }
+    if (!gen_.released) {
+      // A process reads its place from its environment: it starts with the released plan
+      // and never writes into the rendezvous scopes of a plan it will not run in.
+      awaiting_release_.push_back(s.id);
+      return std::nullopt;
+    }
     auto& row = it->second;
     auto& h = hosts_.at(s.endpoint);
     auto* master_host = host_by_name(gen_.plan.front().hostname);
@@ -1715,6 +1748,9 @@ private:
         continue;
       batch.slots.push_back(id);
       envs.push_back(std::move(*env));
+      s->launching = true;
+      if (elastic_)
+        s->joined = gen_.number; // it starts in the released plan: it takes the state
       if (executor() && !boot_.empty())
         s->calls.push_back(0);
       open_outputs(s->key);
@@ -1788,7 +1824,7 @@ private:
       server_->answer_slot(key, slot_not_in_job);
     gen_.votes.erase(key);
     auto* s = current(key);
-    if (!s || s->retired)
+    if (!s || s->retired || drop_if_unlaunched(*s))
       return;
     s->retired = true;
     if (s->running)
@@ -1804,7 +1840,8 @@ private:
       return;
     }
     auto* s = current(key);
-    if (!in_plan(key) || !s || s->retired) {
+    if (!in_plan(key) || !s || s->retired || !s->launching) {
+      // (a slot without a process cannot vote: its process starts with the release)
       log("vote of {} which is not in generation {}: answered -1", key, gen_.number);
       server_->answer_slot(key, slot_not_in_job);
       return;
@@ -1902,25 +1939,138 @@ private:
   }
 
   void check_release() {
-    if (gen_.released || done_)
+    if (gen_.released || done_ || finishing_ || !gen_.complete())
       return;
-    for (auto& [key, row] : gen_.rows)
-      if (!gen_.votes.count(key))
-        return;
+    log("generation {}: all {} ranks it carries over joined", gen_.number,
+        gen_.plan.size() - gen_.fresh.size());
+    release_generation();
+    // The fresh slots' processes start now, with the released plan.
+    std::map<std::string, std::vector<uint32_t>> by_host;
+    for (auto id : std::exchange(awaiting_release_, {}))
+      if (auto* s = slot_by_id(id); s && s->running && !s->retired && s->worker && !s->launching)
+        by_host[s->endpoint].push_back(id);
+    for (auto& [ep, ids] : by_host)
+      launch_slots(ep, ids);
+  }
+
+  // The plan becomes the job's: the store serves its scopes, held votes are answered.
+  void release_generation() {
     gen_.released = true;
     for (auto& key : gen_.votes)
       if (auto* s = current(key))
         s->joined = gen_.number;
     gen_.votes.clear();
-    if (torch_store_)
+    if (elastic_ && torch_store_ && gen_.number > 1)
       torch_store_->clear(); // before anyone learns its rank in the new plan
     released_gen_ = gen_.number;
     released_hosts_ = gen_.hosts();
-    server_->release(gen_.plan);
+    released_plan_ = gen_.plan;
+    if (elastic_)
+      server_->release(gen_.plan);
+    else
+      server_->init(gen_.plan);
     events_.emit("generation.released", {{"generation", gen_.number}});
-    log("generation {} released: all {} ranks joined", gen_.number, gen_.plan.size());
-    if (executor())
+    if (elastic_)
+      log("generation {} released: {} ranks, {} of them fresh", gen_.number, gen_.plan.size(),
+          gen_.fresh.size());
+    if (executor() && elastic_)
       send_rank_table();
+  }
+
+  // Drops the slots whose processes were never asked for (they wait for a release that
+  // will not come): nothing of theirs runs, so nothing reports their end.
+  void drop_unlaunched() {
+    for (auto& [id, s] : slots_)
+      drop_if_unlaunched(s);
+    awaiting_release_.clear();
+  }
+
+  bool drop_if_unlaunched(eslot& s) {
+    if (!s.running || s.launching || s.launched)
+      return false;
+    s.running = false;
+    s.retired = true;
+    if (s.worker)
+      send_exit(s.worker, caf::exit_reason::user_shutdown);
+    return true;
+  }
+
+  // -- Horovod's worker notification service ------------------------------------------
+  // Running Horovod workers learn that hosts were added or removed only from a
+  // HostsUpdatedRequest to rank 0's notification service (rank 0 spreads it at its next
+  // commit; every rank then re-joins through rank_and_size). Each worker registers its
+  // service with PUT /worker_addresses/<host>:<lr>: an unauthenticated pickle, decoded
+  // by a decoder that accepts only (addresses, key). The key is never logged.
+
+  void on_register(const std::string& host, int32_t lr, const std::string& body) {
+    auto key = slot_key(host, lr);
+    auto reg = decode_worker_registration(body);
+    if (!reg.value) {
+      say("warning: refused the notification service registration of {}: {}", key, reg.error);
+      events_.emit("notify.refused", {{"slot", key}, {"cause", reg.error}});
+      return;
+    }
+    auto where = to_string(*reg.value);
+    log("{} registered its notification service at {}", key, where);
+    events_.emit("notify.registered", {{"slot", key}, {"addresses", where}});
+    registrations_[key] = std::move(*reg.value);
+    if (notify_pending_ == gen_.number && !gen_.released && key == released_rank0())
+      send_notification();
+  }
+
+  // The slot of rank 0 of the last released plan ("" if none).
+  std::string released_rank0() const {
+    for (auto& row : released_plan_)
+      if (row.rank == 0)
+        return slot_key(row.hostname, row.local_rank);
+    return {};
+  }
+
+  // The forming generation changes the hosts of running ranks that saw no failure.
+  void notify_running_ranks(host_change change) {
+    notify_pending_ = gen_.number;
+    notify_change_ = change;
+    send_notification();
+  }
+
+  void send_notification() {
+    auto key = released_rank0();
+    auto* s = key.empty() ? nullptr : current(key);
+    if (!s || !s->running || !s->launched)
+      return; // rank 0 is gone: its peers see that for themselves
+    auto it = registrations_.find(key);
+    if (it == registrations_.end()) {
+      // Sent when it registers (a Horovod worker does so in hvd.elastic.run).
+      log("rank 0 ({}) has no notification service yet; running ranks learn of generation {} "
+          "through /elastic/update, or when it registers",
+          key, gen_.number);
+      return;
+    }
+    notify_pending_ = 0;
+    // Horovod's workers keep only updates newer than the last one (whole seconds).
+    auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+    last_notify_ts_ = std::max<int64_t>(now, last_notify_ts_ + 1);
+    auto hdl = caf::actor_cast<job_actor>(this);
+    std::thread{[hdl, reg = it->second, ts = last_notify_ts_, res = static_cast<unsigned>(notify_change_),
+                 g = gen_.number, key] {
+      auto r = notify_hosts_updated(reg, ts, res, std::chrono::milliseconds(3000));
+      caf::anon_send(hdl, notified_atom::value, g, key, r.ok ? std::string{} : to_string(r));
+    }}.detach();
+  }
+
+  void on_notified(uint64_t g, const std::string& key, const std::string& problem) {
+    events_.emit("notify.sent", {{"slot", key},
+                                 {"generation", g},
+                                 {"delivered", problem.empty()},
+                                 {"cause", problem}});
+    if (problem.empty())
+      return log("rank 0 ({}) was told of generation {}'s host change", key, g);
+    if (g == gen_.number && !gen_.released && !done_ && !finishing_)
+      say("warning: could not tell rank 0 ({}) of the host change of generation {}: {}; its "
+          "ranks learn of it only through /elastic/update or a failure",
+          key, g, problem);
   }
 
   // -- exits and failures -------------------------------------------------------------
@@ -1954,6 +2104,7 @@ private:
       slots_.erase(ex.rank); // a replaced process: nothing refers to it any more
       return maybe_finish();
     }
+    registrations_.erase(s->key); // its notification service ended with it
     if (s->retired || !in_plan(s->key)) {
       gen_.votes.erase(s->key);
       return maybe_finish();
@@ -1968,6 +2119,7 @@ private:
         for (auto& key : gen_.votes)
           server_->answer_slot(key, slot_not_in_job);
         gen_.votes.clear();
+        drop_unlaunched(); // fresh slots of a plan that will not be released
       }
       return maybe_finish();
     }
@@ -2049,6 +2201,8 @@ private:
       if (server_)
         server_->answer_slot(s.key, slot_not_in_job);
       gen_.votes.erase(s.key);
+      if (drop_if_unlaunched(s))
+        continue;
       s.retired = true;
       if (s.worker)
         send(s.worker, terminate_atom::value, int32_t{SIGTERM});
@@ -2171,6 +2325,7 @@ private:
     if (!elastic_)
       phase("");
     events_.emit("phase.begin", {{"phase", "teardown"}});
+    drop_unlaunched();
     if (server_)
       for (auto& [key, id] : current_)
         server_->answer_slot(key, slot_not_in_job);
@@ -2249,8 +2404,11 @@ private:
     } else if (failure_) {
       code = failure_code_;
     } else {
-      // Success: every rank of the final generation exited 0.
+      // Success: every rank of the final generation exited 0 (the fresh slots of a plan
+      // that was never released had no process).
       for (auto& [key, row] : gen_.rows) {
+        if (!gen_.released && gen_.fresh.count(key))
+          continue;
         auto* s = current(key);
         if (!s || s->exit_code != 0) {
           code = 1;
@@ -2345,6 +2503,7 @@ private:
   std::vector<std::string> last_listed_;                 // the discovery output last logged
   int master_port_ = 0;                 // --torch-store off: this generation's MASTER_PORT
   std::vector<uint32_t> awaiting_port_; // slots whose launch waits for it
+  std::vector<uint32_t> awaiting_release_; // fresh slots: launched when the plan is released
 
   std::map<std::string, ehost> hosts_;      // by endpoint
   std::vector<std::string> listed_order_;   // endpoints in the latest discovery output's order
@@ -2360,6 +2519,12 @@ private:
   generation gen_;            // the newest generation (released or forming)
   uint64_t released_gen_ = 0; // the last released one: its ranks hold the job's state
   std::vector<std::string> released_hosts_;
+  std::vector<slot_info> released_plan_;
+  // Horovod's worker notification services by slot, and a change not yet told
+  std::map<std::string, worker_registration> registrations_;
+  uint64_t notify_pending_ = 0; // the generation whose change rank 0 has not been told
+  host_change notify_change_ = host_change::none;
+  int64_t last_notify_ts_ = 0;
   std::optional<clock_type::time_point> barrier_check_; // the armed join-deadline check
   std::vector<host_slots> plan_hosts_;
   bool rejoin_wanted_ = false; // a rank that joined asks for the next generation

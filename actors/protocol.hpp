@@ -43,6 +43,8 @@ using vote_atom = caf::atom_constant<caf::atom("vote")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using register_atom = caf::atom_constant<caf::atom("wregister")>;
+using notified_atom = caf::atom_constant<caf::atom("notified")>;
 // executor mode
 using call_atom = caf::atom_constant<caf::atom("call")>;
 using result_atom = caf::atom_constant<caf::atom("result")>;

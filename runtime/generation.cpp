@@ -23,13 +23,14 @@ generation::generation(uint64_t n, std::vector<slot_info> p, job_clock::time_poi
 }
 
 bool generation::complete() const {
-  return std::all_of(rows.begin(), rows.end(), [&](auto& r) { return votes.count(r.first); });
+  return std::all_of(rows.begin(), rows.end(),
+                     [&](auto& r) { return votes.count(r.first) || fresh.count(r.first); });
 }
 
 std::vector<std::string> generation::missing() const {
   std::vector<std::string> out;
   for (auto& s : plan)
-    if (!votes.count(key_of(s)))
+    if (!votes.count(key_of(s)) && !fresh.count(key_of(s)))
       out.push_back(key_of(s));
   return out;
 }
@@ -43,9 +44,9 @@ std::vector<std::string> generation::hosts() const {
 }
 
 std::string generation::describe() const {
-  return fmt::format("generation {} ({}): {} ranks, votes {}/{}, hosts {}", number,
-                     released ? "released" : "forming", plan.size(), votes.size(), rows.size(),
-                     fmt::join(hosts(), ","));
+  return fmt::format("generation {} ({}): {} ranks, votes {}/{}, {} fresh, hosts {}", number,
+                     released ? "released" : "forming", plan.size(), votes.size(),
+                     rows.size() - fresh.size(), fresh.size(), fmt::join(hosts(), ","));
 }
 
 join_deadline deadline_for(const generation& g, const slot_process& p,

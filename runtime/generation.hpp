@@ -1,5 +1,5 @@
-// A job's generation as a value: its plan, the slots that voted, whether it was
-// released, and when each slot must have joined. The rules that decide whether a job
+// A job's generation as a value: its plan, the slots that voted, the slots that start
+// fresh at its release, whether it was released, and when each slot must have joined. The rules that decide whether a job
 // may go on live here as pure functions, so that they are tested without actors.
 #pragma once
 
@@ -22,6 +22,10 @@ struct generation {
   std::vector<slot_info> plan;           // in rank order
   std::map<std::string, slot_info> rows; // by slot key (host:local_rank)
   std::set<std::string> votes;           // slots waiting in the rank_and_size barrier
+  // Slots without a running process: they get one when the generation is released, with
+  // the released plan in its environment, and never vote (a real Horovod worker's first
+  // hvd.init() reads its environment and never asks rank_and_size).
+  std::set<std::string> fresh;
   bool released = false;                 // every slot voted and was answered
   job_clock::time_point began{};
   std::optional<job_clock::time_point> first_vote;
@@ -30,13 +34,13 @@ struct generation {
   generation(uint64_t n, std::vector<slot_info> p, job_clock::time_point now);
 
   bool has(const std::string& key) const { return rows.count(key) > 0; }
-  /// Every slot of the plan voted.
+  /// Every slot of the plan that carries a process over (not fresh) voted.
   bool complete() const;
-  /// Slots of the plan that have not voted, in rank order.
+  /// Slots of the plan that carry a process over and have not voted, in rank order.
   std::vector<std::string> missing() const;
   /// Host names of the plan, in rank order, each once.
   std::vector<std::string> hosts() const;
-  /// One line: "generation 2 (released): 3 ranks, votes 2/3, hosts a,b".
+  /// One line: "generation 2 (released): 3 ranks, votes 2/2, 1 fresh, hosts a,b".
   std::string describe() const;
 };
 

@@ -224,6 +224,7 @@ struct rendezvous_server::impl {
 
   // elastic endpoints (server thread only)
   std::function<void(const std::string&, int)> on_vote;
+  std::function<void(const std::string&, int, const std::string&)> on_register;
   std::map<std::string, std::vector<std::shared_ptr<session>>> held; // slot -> requests
   uint64_t update_generation = 0;
   std::string update_text;
@@ -355,9 +356,28 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
                      fmt::format("scope {} is written only by its own hosts\n", t->scope), keep);
       }
     }
+    std::optional<std::pair<std::string, int>> registering;
+    if (srv.on_register && req.method() == http::verb::put) {
+      registering = parse_registration(std::string_view{raw.data(), raw.size()});
+      if (registering && srv.opts.allowlist
+          && !srv.opts.allowlist->speaks_for(registering->first, client.to_string())) {
+        srv.refuse_stranger(client.to_string(),
+                            fmt::format("a notification service for host {}", registering->first));
+        ++srv.rejected;
+        return reply(http::status::forbidden,
+                     fmt::format("a worker of host {} registers from that host\n",
+                                 registering->first),
+                     keep);
+      }
+    }
+    std::string registered_body;
+    if (registering)
+      registered_body = req.body();
     auto a = answer_request(srv.store, std::string_view{verb.data(), verb.size()},
                             std::string_view{raw.data(), raw.size()}, std::move(req.body()),
                             req.has_content_length() || req.chunked());
+    if (registering && a.status == 200)
+      srv.on_register(registering->first, registering->second, registered_body);
     if (a.status >= 400)
       ++srv.rejected;
     if (a.wait_ms > 0) {
@@ -371,6 +391,24 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     res.keep_alive(keep && !a.close);
     res.prepare_payload(); // always sets Content-Length, which Horovod's client needs
     send(std::move(res));
+  }
+
+  // "/worker_addresses/<host>:<local_rank>" -> (host, local rank); nullopt otherwise.
+  static std::optional<std::pair<std::string, int>> parse_registration(std::string_view raw) {
+    auto t = parse_target(raw);
+    if (!t || t->scope != "worker_addresses")
+      return std::nullopt;
+    auto colon = t->key.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == t->key.size()
+        || colon + 6 < t->key.size())
+      return std::nullopt;
+    int lr = 0;
+    for (size_t i = colon + 1; i < t->key.size(); ++i) {
+      if (t->key[i] < '0' || t->key[i] > '9')
+        return std::nullopt;
+      lr = lr * 10 + (t->key[i] - '0');
+    }
+    return std::make_pair(t->key.substr(0, colon), lr);
   }
 
   // The elastic endpoints; returns false when the target is none of them.
@@ -606,10 +644,13 @@ uint64_t rendezvous_server::init(const std::vector<slot_info>& plan) {
   return done.get_future().get();
 }
 
-void rendezvous_server::enable_elastic(std::function<void(const std::string&, int)> on_vote) {
+void rendezvous_server::enable_elastic(
+    std::function<void(const std::string&, int)> on_vote,
+    std::function<void(const std::string&, int, const std::string&)> on_register) {
   std::promise<void> done;
   net::post(impl_->io, [&] {
     impl_->on_vote = std::move(on_vote);
+    impl_->on_register = std::move(on_register);
     done.set_value();
   });
   done.get_future().get();

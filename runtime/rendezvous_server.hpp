@@ -105,8 +105,14 @@ public:
   // comes with release() or answer_slot(). GET /elastic/update[?after=G&wait_ms=N] tells
   // programs the latest generation and what changed (held while it is still G).
 
-  /// Turns the two endpoints on; without this they are plain (absent) keys.
-  void enable_elastic(std::function<void(const std::string& host, int local_rank)> on_vote);
+  /// Turns the two endpoints on; without this they are plain (absent) keys. With
+  /// `on_register`, a PUT /worker_addresses/<host>:<local_rank> (a Horovod worker's
+  /// notification service) is stored as usual and its body handed over (on the server's
+  /// thread); with an allowlist, only from an address of the host it names.
+  void enable_elastic(
+      std::function<void(const std::string& host, int local_rank)> on_vote,
+      std::function<void(const std::string& host, int local_rank, const std::string& body)>
+          on_register = {});
 
   /// Starts the plan's generation: the store is re-initialised with `plan`, then every
   /// held rank_and_size request is answered with its slot's six integers, or with

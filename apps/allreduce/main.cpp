@@ -337,8 +337,10 @@ long long epoch_ms() {
       .count();
 }
 
-// A Horovod elastic loop in Gloo terms. State = (step, checksum = 1 + 2 + ... + step),
-// committed after every step. Every (re-)join asks rank_and_size for this slot's place,
+// A Horovod elastic loop in Gloo terms, with a real Horovod worker's protocol. State =
+// (step, checksum = 1 + 2 + ... + step), committed after every step. The first join takes
+// this slot's place from the environment the launcher started it with (as hvd.init()
+// does); every re-join asks rank_and_size for it (as Horovod's re-init does),
 // connects the global context, and takes the state from the new rank 0 (a broadcast by
 // allreduce). On a peer's failure: drop the context (which closes its sockets, so peers
 // blocked on us fail at once too), keep the last commit, re-join. Rank 0 reads the
@@ -356,10 +358,18 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
   int joins = 0;
   for (;;) {
     auto slot = fmt::format("{}:{}", host, local_rank);
-    auto rs = ras.try_get(slot);
-    if (!rs)
-      throw std::runtime_error("rank_and_size: the rendezvous server has no answer for " + slot);
-    auto v = parse_rank_and_size(*rs);
+    std::vector<int> v;
+    if (joins == 0) {
+      v = {env_int("HOROVOD_RANK"),       env_int("HOROVOD_SIZE"),
+           env_int("HOROVOD_LOCAL_RANK"), env_int("HOROVOD_LOCAL_SIZE"),
+           env_int("HOROVOD_CROSS_RANK"), env_int("HOROVOD_CROSS_SIZE")};
+    } else {
+      auto rs = ras.try_get(slot);
+      if (!rs)
+        throw std::runtime_error("rank_and_size: the rendezvous server has no answer for " +
+                                 slot);
+      v = parse_rank_and_size(*rs);
+    }
     int rank = v[0], size = v[1];
     if (rank < 0) {
       std::printf("slot %s is no longer in the job (committed step %ld); exiting\n", slot.c_str(),

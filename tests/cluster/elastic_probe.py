@@ -1,5 +1,6 @@
-"""A small elastic program for lifecycle tests (stdlib only): joins through
-rank_and_size, re-joins when the generation changes, exits 0 after --seconds. With
+"""A small elastic program for lifecycle tests (stdlib only), following a real Horovod
+worker's protocol: the first join takes rank and size from the environment, a re-join
+(when the generation changes) asks rank_and_size; exits 0 after --seconds. With
 --checkpoint-on-term, a slot that is told it left the job traps SIGTERM (as a program
 that checkpoints would) and keeps running, so only SIGKILL ends it."""
 
@@ -24,8 +25,13 @@ def main():
     a = ap.parse_args()
     slot = f"{os.environ['HOROVOD_HOSTNAME']}:{os.environ['HOROVOD_LOCAL_RANK']}"
     end = time.monotonic() + a.seconds
+    first = True
     while True:
-        rank, size = (int(x) for x in get(f"/rank_and_size/{slot}").split(",")[:2])
+        if first:
+            rank, size = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
+            first = False
+        else:
+            rank, size = (int(x) for x in get(f"/rank_and_size/{slot}").split(",")[:2])
         if rank < 0:
             print(f"slot {slot} left the job", flush=True)
             if a.checkpoint_on_term:

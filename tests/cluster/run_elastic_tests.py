@@ -307,19 +307,23 @@ class ElasticTest(unittest.TestCase):
     # -- the lifecycle's promises ---------------------------------------------------------
 
     def test_state_lost_when_the_only_old_host_dies_before_rejoining(self):
-        """hb joins; generation 2 forms and hb's new rank waits in the barrier while ha's
+        """hb joins; generation 2 forms and hb's slot waits for its release while ha's
         rank (the only one holding the state) is still in its step; ha's rank is killed
         there. hb never held state: the job fails and says so, it does not restart from
-        step 0 on hb."""
+        step 0 on hb (whose process never started)."""
         self.c.node("ha")
         self.c.node("hb")
         self.set_hosts(("ha", 1))
-        self.start("--min-np", "1", steps=100, step_ms=4000)
+        events = os.path.join(self.dir, "events.jsonl")
+        self.start("--min-np", "1", "--events", events, steps=100, step_ms=4000)
         self.wait_for_step(1)
         pid = self.rank_pid(0)
         self.set_hosts(("ha", 1), ("hb", 1))
-        wait_until(lambda: pid_with_env(ALLREDUCE, prefix=True, HOROVOD_HOSTNAME="hb"), 10,
-                   "hb's rank to start")
+
+        def generation_2():
+            with open(events) as f:
+                return '"generation":2' in f.read().replace(" ", "")
+        wait_until(generation_2, 10, "generation 2 to begin")
         os.kill(pid, signal.SIGKILL)
         rc, out, err = self.finish()
         self.assertEqual(rc, 1, err)
@@ -328,6 +332,7 @@ class ElasticTest(unittest.TestCase):
                       "(ha)", err)
         text = "".join(self.out_lines) + out
         self.assertEqual([r[0] for r in self.resumes(text)], [1], text)  # nothing resumed
+        self.assertNotIn("hb:0", text)  # hb's slot never ran a process
         wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 10, "ranks to be gone")
 
     def test_host_joins_while_the_old_rank_is_in_a_long_step(self):
@@ -350,20 +355,22 @@ class ElasticTest(unittest.TestCase):
         self.assertGreaterEqual(r[1][3], 1)
 
     def test_generation_1_rank_that_never_asks_is_bounded(self):
-        """Generation 1: ha's rank waits in the barrier, hb's hangs before asking. hb's
-        fresh rank has --start-timeout from the first vote; then the job goes on."""
+        """Generation 1 starts released (as under horovodrun): ha's rank times out in
+        Gloo waiting for hb's, which hangs before its first init, and asks to re-join. hb's
+        rank belongs to the released plan, so it is waited for up to the elastic timeout;
+        then its host is blacklisted and the job goes on."""
         self.c.node("ha")
         self.c.node("hb")
         self.set_hosts(("ha", 1), ("hb", 1))
         marker = f"1000.{time.monotonic_ns() % 10**9}"
         prog = ["sh", "-c", f'if [ "$HOROVOD_HOSTNAME" = hb ]; then exec sleep {marker}; fi; '
                 f'exec {ALLREDUCE} --elastic --steps 20 --step-ms 10']
-        self.start("--min-np", "1", "--start-timeout", "2", "--kill-grace-seconds", "1",
-                   program=prog)
+        self.start("--min-np", "1", "--elastic-timeout", "3", "--kill-grace-seconds", "1",
+                   "--env", "HOROVOD_GLOO_TIMEOUT_SECONDS=2", program=prog)
         rc, out, err = self.finish()
         self.assertEqual(rc, 0, err)
-        self.assertIn("rank 1 (hb:0) did not join generation 1 within 2 s (--start-timeout",
-                      err)
+        self.assertRegex(err, r"rank 1 \(hb:0\) did not join generation \d+ within 3 s "
+                              r"\(--elastic-timeout")
         self.assertIn("host hb is blacklisted", err)
         self.check_run(out, 20)
         wait_until(lambda: not pids_matching(f"sleep {marker}"), 10, "the hung rank to be killed")

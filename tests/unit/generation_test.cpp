@@ -25,9 +25,20 @@ TEST_CASE("a generation is a printable value: plan, votes, release") {
   g.votes = {"a:1", "b:0"};
   CHECK_FALSE(g.complete());
   CHECK(g.missing() == std::vector<std::string>{"a:0"});
-  CHECK(g.describe() == "generation 2 (forming): 3 ranks, votes 2/3, hosts a,b");
+  CHECK(g.describe() == "generation 2 (forming): 3 ranks, votes 2/3, 0 fresh, hosts a,b");
   g.votes.insert("a:0");
   CHECK(g.complete());
+}
+
+TEST_CASE("fresh slots of a plan never vote: the plan is complete without them") {
+  generation g{3, plan_of({{"a", 1}, {"b", 1}, {"c", 2}}), t0};
+  g.fresh = {"c:0", "c:1"};
+  CHECK(g.missing() == std::vector<std::string>{"a:0", "b:0"});
+  g.votes = {"a:0"};
+  CHECK_FALSE(g.complete());
+  g.votes.insert("b:0");
+  CHECK(g.complete());
+  CHECK(g.describe() == "generation 3 (forming): 4 ranks, votes 2/2, 2 fresh, hosts a,b,c");
 }
 
 TEST_CASE(

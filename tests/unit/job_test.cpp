@@ -352,28 +352,78 @@ TEST_CASE_FIXTURE(fixture, "static start has one deadline that names what it wai
   CHECK(result->exit_code == 1);
 }
 
-TEST_CASE_FIXTURE(fixture, "elastic: a generation is released by its last vote, not before") {
-  start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
+namespace {
+
+std::string env_value(const std::vector<std::string>& env, const std::string& key) {
+  for (auto& kv : env)
+    if (kv.rfind(key + "=", 0) == 0)
+      return kv.substr(key.size() + 1);
+  return "<unset>";
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "elastic: generation 1 starts released; a later plan is released by "
+                           "the last vote of the ranks it carries over, and its fresh slots "
+                           "start then, with that plan") {
+  start_elastic({"a", "b", "c", "d"}, std::chrono::milliseconds(1000));
   discover("a:1:1\nb:2:1\n");
   REQUIRE(log.envs.size() == 2);
-  CHECK(names_of("generation.") == std::vector<std::string>{"generation.begin:1"});
-  vote("a", 0);
-  CHECK(names_of("generation.") == std::vector<std::string>{"generation.begin:1"});
-  vote("a", 0); // asking twice is harmless
-  vote("b", 0);
   CHECK(names_of("generation.")
         == std::vector<std::string>{"generation.begin:1", "generation.released:1"});
+  CHECK(env_value(log.envs[slot_on("a", 0)], "HOROVOD_SIZE") == "2");
+  discover("a:1:1\nb:2:1\nc:3:1\n"); // c joins: generation 2 forms
+  CHECK(log.envs.size() == 2);        // c's process waits for the release
+  vote("a", 0);
+  discover("a:1:1\nb:2:1\nc:3:1\nd:4:1\n"); // d too, before generation 2 was released
+  vote("b", 0);
+  CHECK(names_of("generation.")
+        == std::vector<std::string>{"generation.begin:1", "generation.released:1",
+                                    "generation.begin:2", "generation.begin:3",
+                                    "generation.released:3"});
+  REQUIRE(log.envs.size() == 4);
+  // The fresh processes got the released plan; none was ever started with generation 2's.
+  for (auto* h : {"c", "d"}) {
+    auto& env = log.envs[slot_on(h, 0)];
+    CHECK(env_value(env, "HOROVOD_SIZE") == "4");
+    CHECK(env_value(env, "HOROVOD_CROSS_SIZE") == "4");
+  }
+  CHECK(env_value(log.envs[slot_on("c", 0)], "HOROVOD_RANK") == "2");
+  CHECK(env_value(log.envs[slot_on("d", 0)], "HOROVOD_RANK") == "3");
   interrupt();
   CHECK(result->exit_code == 130);
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a plan waits for every rank it carries over, not for one") {
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:2\nb:2:1\n");
+  discover("a:1:2\nb:2:1\nc:3:1\n");
+  vote("a", 0);
+  vote("a", 1);
+  CHECK(names_of("generation.released").size() == 1); // b's rank is still in its step
+  CHECK(log.envs.size() == 3);
+  vote("b", 0);
+  CHECK(names_of("generation.released").size() == 2);
+  CHECK(log.envs.size() == 4);
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: fresh slots of a plan that is never released are dropped "
+                           "when the job ends, without a process") {
+  start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\n");
+  discover("a:1:1\nb:2:1\n"); // b's slot waits for a release that a's end prevents
+  exit(slot_on("a", 0), 0);    // a's rank finished the training
+  CHECK(job_ended());
+  CHECK(result->exit_code == 0);
+  CHECK(log.envs.size() == 1);
 }
 
 TEST_CASE_FIXTURE(fixture,
                   "elastic: the state dies with the last rank of the released generation") {
   start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
   discover("a:1:1\n");
-  vote("a", 0);
-  discover("a:1:1\nb:2:1\n"); // b joins: generation 2 forms, b's new rank waits in it
-  vote("b", 0);
+  discover("a:1:1\nb:2:1\n"); // b joins: generation 2 forms, b's rank waits for its release
   CHECK(names_of("generation.")
         == std::vector<std::string>{"generation.begin:1", "generation.released:1",
                                     "generation.begin:2"});
@@ -385,16 +435,15 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(ev.back()["context"]["cause"].get<std::string>().find(
             "the training state was lost with the last host of the previous generation (a)")
         != std::string::npos);
-  // b never held state: no generation 3 was started on it
+  // b never held state: no generation 3 was started on it, and no process of b ever ran
   CHECK(names_of("generation.begin").size() == 2);
+  CHECK(log.envs.size() == 1);
 }
 
 TEST_CASE_FIXTURE(fixture, "elastic: a slot that leaves and traps SIGTERM gets SIGKILL") {
   log.ignore_sigterm = true;
   start_elastic({"a"}, std::chrono::milliseconds(1000));
   discover("a:1:2\n");
-  vote("a", 0);
-  vote("a", 1);
   auto leaving = slot_on("a", 1);
   discover("a:1:1\n");                 // a shrinks: slot a:1 leaves the job
   CHECK(log.signals[leaving].empty()); // it may end by itself first
@@ -595,16 +644,6 @@ TEST_CASE_FIXTURE(owner_fixture, "executor: a rank that exits 0 before shutdown 
 
 // -- GPUs ------------------------------------------------------------------------------------
 
-namespace {
-
-std::string env_value(const std::vector<std::string>& env, const std::string& key) {
-  for (auto& kv : env)
-    if (kv.rfind(key + "=", 0) == 0)
-      return kv.substr(key.size() + 1);
-  return "<unset>";
-}
-
-} // namespace
 
 TEST_CASE_FIXTURE(fixture, "GPU job: the node lends np x gpus_per_slot devices before any "
                            "launch; shared and per-rank visibility") {

@@ -1,0 +1,359 @@
+"""Elastic jobs with real Horovod workers (built from the vendored tarball by
+scripts/setup-horovod.sh, cached outside the checkout) and the same scenarios with
+caf-hvd-allreduce --elastic, which speaks the same protocol: real node agents on loopback
+(each its own host), a real driver with a discovery script whose output the test
+rewrites. Each scenario asserts the size the job reaches, that no generation resumes
+below the last step committed before it, that the replicas end equal, and the exit code.
+Run by `meson test`; prints a closing 'N passed, N failed' line."""
+
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import Cluster, pid_with_env, pids_matching, wait_until  # noqa: E402
+
+ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
+ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+TRAIN = os.path.join(HERE, "horovod_programs", "elastic_train.py")
+LINE = re.compile(r"^\[(\d+)\]<stdout>:(.*)$")
+
+
+def horovod_site():
+    """Builds (or finds in the cache) real Horovod; a failed build fails the suite."""
+    r = subprocess.run([os.path.join(ROOT, "scripts", "setup-horovod.sh")],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"building real Horovod failed (scripts/setup-horovod.sh exit "
+                           f"{r.returncode}):\n{r.stderr[-4000:]}")
+    return r.stdout.strip().splitlines()[-1]
+
+
+SITE = None
+
+
+class Horovod:
+    """Real Horovod: hvd.elastic.run, TorchState, commit every 5 steps."""
+    name = "horovod"
+    step_ms = 200
+
+    def command(self, steps):
+        return ["/usr/bin/python3", TRAIN]
+
+    def env(self, steps, extra=None):
+        e = {"PYTHONPATH": SITE, "TRAIN_STEPS": str(steps), "TRAIN_COMMIT": "5",
+             "TRAIN_STEP_MS": str(self.step_ms)}
+        e.update(extra or {})
+        return e
+
+    def pattern(self):
+        return "/usr/bin/python3 " + TRAIN
+
+    def parse(self, text):
+        """-> (resumes [(rank0 size, step)], commits/steps in order, done lines)"""
+        events, done = [], []
+        for line in text.splitlines():
+            m = LINE.match(line)
+            if not m:
+                continue
+            body = m.group(2)
+            r = re.match(r"resume: rank (\d+) of (\d+) on (\S+) at step (\d+)$", body)
+            if r and r.group(1) == "0":
+                events.append(("resume", int(r.group(2)), int(r.group(4)), r.group(3)))
+            c = re.match(r"committed (\d+)$", body)
+            if c:
+                events.append(("commit", int(c.group(1))))
+            s = re.match(r"step (\d+) size (\d+)$", body)
+            if s:
+                events.append(("step", int(s.group(1)), int(s.group(2))))
+            d = re.match(r"done: rank (\d+) of (\d+) at step (\d+) params (\S+) (.*)$", body)
+            if d:
+                done.append((int(d.group(1)), int(d.group(2)), int(d.group(3)), d.group(5)))
+        return events, done
+
+
+class Allreduce:
+    """caf-hvd-allreduce --elastic: commits after every step, checks its checksum."""
+    name = "allreduce"
+    step_ms = 100
+
+    def command(self, steps):
+        return [ALLREDUCE, "--elastic", "--steps", str(steps), "--step-ms", str(self.step_ms)]
+
+    def env(self, steps, extra=None):
+        return dict(extra or {})
+
+    def pattern(self):
+        return ALLREDUCE
+
+    def parse(self, text):
+        events, done = [], []
+        for line in text.splitlines():
+            m = LINE.match(line)
+            if not m:
+                continue
+            body = m.group(2)
+            r = re.match(r"generation \d+: rank 0 of (\d+) on (\S+) resumes at step (\d+)", body)
+            if r:
+                events.append(("resume", int(r.group(1)), int(r.group(3)), r.group(2)))
+            s = re.match(r"step (\d+) size (\d+) sum (\d+)", body)
+            if s:
+                if s.group(2) != s.group(3):
+                    raise AssertionError(f"allreduce sum {s.group(3)} at size {s.group(2)}")
+                events.append(("step", int(s.group(1)), int(s.group(2))))
+                events.append(("commit", int(s.group(1))))
+            d = re.match(r"caf-hvd-allreduce: elastic run done: (\d+) steps, checksum (\d+)", body)
+            if d:
+                steps = int(d.group(1))
+                ok = int(d.group(2)) == steps * (steps + 1) // 2
+                done.append((0, None, steps, "equal" if ok else "checksum wrong"))
+        return events, done
+
+
+class Scenarios:
+    """The scenarios, for one program (a subclass sets `program`)."""
+    program = None
+
+    def setUp(self):
+        self.c = Cluster()
+        self.addCleanup(self.c.close)
+        self.dir = tempfile.mkdtemp(prefix="caf-hvd-hvd-elastic-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.hosts_file = os.path.join(self.dir, "hosts")
+        self.script = os.path.join(self.dir, "discover.sh")
+        with open(self.script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {self.hosts_file}\n")
+        os.chmod(self.script, stat.S_IRWXU)
+        self.events = os.path.join(self.dir, "events.jsonl")
+        self.addCleanup(self.no_rank_left)
+
+    def no_rank_left(self):
+        self.c.close()
+        wait_until(lambda: not pids_matching(self.program.pattern(), prefix=True), 15,
+                   "every rank to be gone")
+
+    def set_hosts(self, *hosts):
+        tmp = self.hosts_file + ".tmp"
+        with open(tmp, "w") as f:
+            for name, slots in hosts:
+                f.write(f"127.0.0.1:{self.c.nodes[name][1]}:{slots}\n")
+        os.replace(tmp, self.hosts_file)
+
+    def start(self, steps, *flags, env=None):
+        args = ["driver", "--host-discovery-script", self.script, "--discovery-interval",
+                "0.2", "--events", self.events, "--min-np", "1", "--max-np", "8",
+                "--kill-grace-seconds", "2"]
+        for k, v in self.program.env(steps, env).items():
+            args += ["--env", f"{k}={v}"]
+        args += list(flags) + ["--"] + self.program.command(steps)
+        self.t0 = time.monotonic()
+        self.driver = self.c.start(args)
+        self.lines = []
+        return self.driver
+
+    def read_until(self, pred, timeout, what):
+        """Reads the driver's stdout until pred(events) holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.driver.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            events, _ = self.program.parse("".join(self.lines))
+            if pred(events):
+                return events
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n"
+                             f"{''.join(self.lines)[-3000:]}")
+
+    def finish(self, timeout=150):
+        try:
+            out, err = self.driver.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.driver.kill()
+            out, err = self.driver.communicate()
+            raise AssertionError(f"driver did not finish in {timeout}s:\n{err[-4000:]}")
+        text = "".join(self.lines) + out
+        return self.driver.returncode, text, err
+
+    def committed(self, n):
+        return lambda ev: any(e[0] == "commit" and e[1] >= n for e in ev)
+
+    def check(self, text, err, steps, final_size, rc=0, rc_got=None):
+        """Size reached, monotonic resumes, equal replicas, every step's allreduce."""
+        events, done = self.program.parse(text)
+        self.assertEqual(rc_got, rc, err[-4000:])
+        last_commit = 0
+        for e in events:
+            if e[0] == "commit":
+                last_commit = max(last_commit, e[1])
+            elif e[0] == "resume":
+                self.assertGreaterEqual(e[2], last_commit,
+                                        f"a generation of size {e[1]} resumed at step {e[2]} "
+                                        f"after step {last_commit} was committed:\n"
+                                        f"{text[-3000:]}")
+        self.assertTrue(done, f"no rank finished:\n{text[-3000:]}\n{err[-3000:]}")
+        for rank, size, step, verdict in done:
+            self.assertEqual(step, steps, f"rank {rank} ended at step {step}")
+            self.assertEqual(verdict, "equal", f"rank {rank}: {verdict}")
+            if size is not None:
+                self.assertEqual(size, final_size, f"rank {rank} ended at size {size}")
+        if isinstance(self.program, Horovod):
+            self.assertEqual(sorted(d[0] for d in done), list(range(final_size)),
+                             f"every rank of the final size reports: {done}")
+        sizes = [e[1] for e in events if e[0] == "resume"]
+        self.assertEqual(sizes[-1], final_size, f"resumes at sizes {sizes}")
+        return events, sizes
+
+    def rank_pid(self, host):
+        pid = pid_with_env(self.program.pattern(), prefix=True, HOROVOD_HOSTNAME=host)
+        if pid is None:
+            raise AssertionError(f"no rank on host {host}")
+        return pid
+
+    # -- scenarios ----------------------------------------------------------------------
+
+    def test_host_added_grows_at_its_next_commit(self):
+        self.c.node("ha")
+        self.c.node("hb")
+        self.c.node("hc")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        steps = 50
+        self.start(steps)
+        self.read_until(self.committed(10), 90, "step 10's commit")
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 3, rc_got=rc)
+        self.assertEqual(sizes, [2, 3], text[-3000:])
+        self.assertIn("generation 2: 3 ranks on ha:1,hb:1,hc:1 (added hc)", err)
+        self.assertNotIn("blacklisted", err)
+
+    def test_host_removed_from_discovery_shrinks(self):
+        for n in ("ha", "hb", "hc"):
+            self.c.node(n)
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        steps = 50
+        self.start(steps)
+        self.read_until(self.committed(10), 90, "step 10's commit")
+        hc = self.rank_pid("hc")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 2, rc_got=rc)
+        self.assertEqual(sizes, [3, 2], text[-3000:])
+        self.assertIn("(removed hc)", err)
+        self.assertNotIn("blacklisted", err)
+        self.assertFalse(os.path.exists(f"/proc/{hc}"), "the removed host's rank still runs")
+
+    def test_worker_killed(self):
+        for n in ("ha", "hb", "hc"):
+            self.c.node(n)
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        steps = 50
+        self.start(steps)
+        self.read_until(self.committed(10), 90, "step 10's commit")
+        os.kill(self.rank_pid("hb"), signal.SIGKILL)
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 2, rc_got=rc)
+        self.assertEqual(sizes, [3, 2], text[-3000:])
+        self.assertIn("host hb is blacklisted", err)
+
+    def test_node_agent_killed(self):
+        for n in ("ha", "hb", "hc"):
+            self.c.node(n)
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        steps = 50
+        self.start(steps)
+        self.read_until(self.committed(10), 90, "step 10's commit")
+        os.killpg(self.c.nodes["hb"][0].pid, signal.SIGKILL)
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 2, rc_got=rc)
+        self.assertEqual(sizes, [3, 2], text[-3000:])
+        self.assertRegex(err, r"node agent hb \(127\.0\.0\.1:\d+\) was lost")
+
+    def test_host_added_and_another_killed_in_one_window(self):
+        """Scenario 2 of the issue: hc appears, hb's agent dies moments later. The job
+        ends on ha and hc; hc, which did nothing wrong, is never blacklisted."""
+        for n in ("ha", "hb", "hc"):
+            self.c.node(n)
+        self.set_hosts(("ha", 1), ("hb", 1))
+        steps = 60
+        self.start(steps)
+        self.read_until(self.committed(10), 90, "step 10's commit")
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        time.sleep(0.3)
+        os.killpg(self.c.nodes["hb"][0].pid, signal.SIGKILL)
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 2, rc_got=rc)
+        self.assertNotIn("host hc is blacklisted", err)
+        resumed_on = [e[3] for e in events if e[0] == "resume"]
+        self.assertEqual(resumed_on[-1], "ha", text[-3000:])
+
+
+class HorovodElastic(Scenarios, unittest.TestCase):
+    program = Horovod()
+
+    def test_unreachable_notification_service_does_not_hang_the_job(self):
+        """Rank 0's notification service is gone: the driver says it could not tell rank 0,
+        the job trains on at its size and ends; the added host's slot never starts."""
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1))
+        steps = 40
+        self.start(steps, env={"TRAIN_NO_NOTIFY": "1"})
+        self.read_until(self.committed(5), 90, "step 5's commit")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 1, rc_got=rc)
+        self.assertEqual(sizes, [1])
+        self.assertRegex(err, r"warning: could not tell rank 0 \(ha:0\) of the host change of "
+                              r"generation 2: lo 127\.0\.0\.1:\d+: refused")
+        self.assertIsNone(pid_with_env(self.program.pattern(), prefix=True,
+                                       HOROVOD_HOSTNAME="hb"))
+
+    def test_registration_key_never_logged(self):
+        """The worker's key reaches neither the driver's output nor the event log."""
+        self.c.node("ha")
+        self.set_hosts(("ha", 1))
+        self.start(10, "--verbose")
+        rc, text, err = self.finish()
+        self.check(text, err, 10, 1, rc_got=rc)
+        self.assertIn("ha:0 registered its notification service at lo: 127.0.0.1:", err)
+        with open(self.events) as f:
+            log = f.read()
+        self.assertIn('"notify.registered"', log)
+        self.assertNotIn("key", log.replace('"notify.registered"', ""))
+
+
+class AllreduceElastic(Scenarios, unittest.TestCase):
+    program = Allreduce()
+
+
+def main():
+    global SITE
+    try:
+        SITE = horovod_site()
+    except RuntimeError as e:
+        print(e)
+        print("0 passed, 1 failed")
+        return 1
+    loader = unittest.defaultTestLoader
+    suite = unittest.TestSuite([loader.loadTestsFromTestCase(HorovodElastic),
+                                loader.loadTestsFromTestCase(AllreduceElastic)])
+    if sys.argv[1:]:
+        suite = unittest.TestSuite(t for t in suite if any(a in t.id() for a in sys.argv[1:]))
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    failed = len(result.failures) + len(result.errors)
+    print(f"{result.testsRun - failed - len(result.skipped)} passed, {failed} failed, "
+          f"{len(result.skipped)} skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

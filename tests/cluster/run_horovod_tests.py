@@ -1,0 +1,401 @@
+"""Real Horovod (0.28.1, CPU: Gloo controller and operations, PyTorch) under caf-hvd.
+
+scripts/setup-horovod.sh builds Horovod from the vendored source tarball into
+/var/cache/caf-hvd/horovod-<sum>/ (cached: seconds after the first build, several
+minutes before) and prints its site dir; when it fails, every test here FAILS with the
+script's reason (never skips). Horovod programs run on /usr/bin/python3 (Debian's torch)
+with PYTHONPATH=<site>.
+
+- Horovod's own test/parallel/test_torch.py (from a temporary copy of the cached test/
+  dir) under `caf-hvd run -np 2` and under `caf-hvd driver` over two node agents with 2
+  slots each (4 ranks, cross size 2, `-k 'not join'`: the join tests hang at 4 ranks
+  under horovodrun itself). Every rank must print its pytest summary, with no failure
+  and at least as many passed tests as the same rank under `horovodrun --gloo` with the
+  same ranks. The horovodrun baseline (per-rank passed/skipped/failed counts) is
+  computed once per machine and cached next to the build, as
+  /var/cache/caf-hvd/horovod-<sum>/baseline-np2.json and baseline-np4-not-join.json
+  (delete them to measure again; a baseline run with a failure is used but not cached).
+- A small static program (horovod_programs/static_ops.py: init, place, allreduce sum and
+  average, in-place async allreduce, allgather, broadcast, each checked per rank) under
+  `caf-hvd run -np 4` and the driver over 2 agents x 2; and a rank that exits 3 right
+  after init while the others sleep: the job exits 3 at once, naming that rank.
+- caf_hvd.Executor with 3 workers whose function calls hvd.init() and an allreduce.
+
+Every process a test starts carries a tag in its environment and is killed after the
+test if it still runs (node agents and drivers are also reaped by harness.Cluster).
+Run by `meson test horovod`; prints a closing 'N passed, N failed' line."""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from harness import CAF_HVD, Cluster, rank_lines, run_suite  # noqa: E402
+
+PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives there
+STATIC_OPS = os.path.join(HERE, "horovod_programs", "static_ops.py")
+TEST_TORCH = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "-rfE",
+              "parallel/test_torch.py"]
+NOT_JOIN = ["-k", "not join"]
+TAG = "CAF_HVD_HOROVOD_TEST_TAG"
+TIMINGS = []
+
+# -- Horovod's build ---------------------------------------------------------------------
+
+_setup = None  # (site, None) or (None, reason), once per suite
+
+
+def horovod_site():
+    """The site dir of the cached Horovod build (building it the first time); fails the
+    calling test with setup-horovod.sh's reason when the build fails."""
+    global _setup
+    if _setup is None:
+        script = os.path.join(ROOT, "scripts", "setup-horovod.sh")
+        t0 = time.monotonic()
+        # one build at a time among test runs on this machine
+        with open(os.path.join(tempfile.gettempdir(), "caf-hvd-setup-horovod.lock"), "w") as lk:
+            import fcntl
+            fcntl.flock(lk, fcntl.LOCK_EX)
+            r = subprocess.run([script], capture_output=True, text=True)
+        took = time.monotonic() - t0
+        sys.stderr.write(r.stderr)
+        lines = r.stdout.strip().splitlines()
+        site = lines[-1] if lines else ""
+        if r.returncode != 0 or not os.path.isdir(site):
+            _setup = (None, f"scripts/setup-horovod.sh failed (exit {r.returncode}):\n"
+                            f"{r.stderr[-3000:]}{r.stdout[-1000:]}")
+        else:
+            _setup = (site, None)
+            print(f"horovod: {site} ({took:.1f} s for setup-horovod.sh)", flush=True)
+    site, why = _setup
+    if why:
+        raise AssertionError(why)
+    return site
+
+
+_test_copy = None
+
+
+def horovod_test_dir(site):
+    """A temporary copy of the cached build's test/ dir (Horovod's tests are run from a
+    copy of test/, not from a source root)."""
+    global _test_copy
+    if _test_copy is None:
+        tmp = tempfile.mkdtemp(prefix="caf-hvd-horovod-test-")
+        _test_copy = os.path.join(tmp, "test")
+        shutil.copytree(os.path.join(os.path.dirname(site), "test"), _test_copy)
+    return _test_copy
+
+
+def horovod_env(site, tag):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = site
+    env[TAG] = tag
+    for k in list(env):  # whatever an outer launcher gave us is not this job's
+        if k.startswith("HOROVOD_") or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                              "MASTER_ADDR", "MASTER_PORT"):
+            del env[k]
+    return env
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+def tagged_pids(tag):
+    """Pids of processes whose environment has TAG=tag."""
+    want = f"{TAG}={tag}".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    out.append(int(entry))
+        except OSError:
+            continue
+    return out
+
+
+def kill_tagged(tag):
+    """Kills what is left of a test's processes; returns their pids."""
+    left = tagged_pids(tag)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def run_cmd(args, env, cwd=None, timeout=600):
+    """Runs a launcher in a session of its own; kills the session on a timeout."""
+    p = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"{shlex.join(args)} did not finish in {timeout} s; "
+                             f"its output ends with:\n{out[-3000:]}\n{err[-3000:]}")
+    return p.returncode, out, err
+
+
+# -- pytest summaries --------------------------------------------------------------------
+
+TAGGED = re.compile(r"^(?:[^\[]*)\[(\d+)\]<(stdout|stderr)>:(.*)$")
+COUNT = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)\b")
+
+
+def pytest_summaries(text):
+    """rank -> {"passed", "failed", "skipped", "deselected", "errors", ...} from the last
+    pytest summary line ("105 passed, 10 skipped, 3 warnings in 40.1s") each rank
+    printed; caf-hvd and horovodrun both tag lines as [RANK]<stdout>:."""
+    out = {}
+    for line in text.splitlines():
+        m = TAGGED.match(line)
+        if not m or m.group(2) != "stdout":
+            continue
+        body = m.group(3)
+        if not re.search(r"\bin [\d.]+s\b", body):
+            continue
+        counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "deselected": 0}
+        found = False
+        for n, what in COUNT.findall(body):
+            counts["errors" if what.startswith("error") else what] = int(n)
+            found = True
+        if found:
+            out[int(m.group(1))] = counts
+    return out
+
+
+def brief(summaries):
+    return ", ".join(f"rank {r}: {c['passed']} passed, {c['skipped']} skipped, "
+                     f"{c['failed']} failed, {c['errors']} errors"
+                     for r, c in sorted(summaries.items()))
+
+
+def horovodrun_baseline(site, np, k_filter, name):
+    """Per-rank counts of test_torch.py under `horovodrun --gloo -np N -H localhost:N`,
+    cached as <build>/<name>.json (computed when missing)."""
+    path = os.path.join(os.path.dirname(site), f"{name}.json")
+    try:
+        with open(path) as f:
+            cached = json.load(f)
+        return {int(r): c for r, c in cached["ranks"].items()}, f"cached in {path}"
+    except (OSError, ValueError, KeyError):
+        pass
+    cmd = [PYTHON, "-m", "horovod.runner.launch", "--gloo", "-np", str(np), "-H",
+           f"localhost:{np}", PYTHON, *TEST_TORCH, *k_filter]
+    attempts = []
+    for attempt in range(3):  # horovodrun itself aborted in hvd.init() once under load
+        tag = uuid.uuid4().hex
+        t0 = time.monotonic()
+        try:
+            rc, out, err = run_cmd(cmd, horovod_env(site, tag), cwd=horovod_test_dir(site),
+                                   timeout=900)
+        finally:
+            kill_tagged(tag)
+        took = time.monotonic() - t0
+        ranks = pytest_summaries(out)
+        if sorted(ranks) == list(range(np)):
+            break
+        attempts.append(f"attempt {attempt + 1}: exit {rc}, summaries of ranks "
+                        f"{sorted(ranks)} only; its output ends with:\n{out[-2000:]}\n"
+                        f"{err[-2000:]}")
+        print(f"  horovodrun baseline, attempt {attempt + 1}: no summary from every rank "
+              f"(exit {rc}); trying again", flush=True)
+    else:
+        raise AssertionError(f"no horovodrun baseline: {shlex.join(cmd)} did not give "
+                             f"every rank's pytest summary in 3 attempts:\n"
+                             + "\n".join(attempts))
+    record = {"command": shlex.join(cmd), "exit_code": rc, "wall_seconds": round(took, 1),
+              "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "ranks": {str(r): c for r, c in sorted(ranks.items())}}
+    note = f"measured now in {took:.0f} s"
+    if attempts:
+        note += f" (after {len(attempts)} failed attempts)"
+    if all(c["failed"] == 0 and c["errors"] == 0 for c in ranks.values()):
+        try:
+            with open(path + ".tmp", "w") as f:
+                json.dump(record, f, indent=1)
+            os.replace(path + ".tmp", path)
+            note += f", cached in {path}"
+        except OSError as e:
+            note += f", not cached ({e})"
+    else:
+        note += ", not cached: horovodrun's own run had failures"
+    return ranks, note
+
+
+# -- the tests ---------------------------------------------------------------------------
+
+
+def expected_ok(r, n):
+    s = [float(n * k + n * (n - 1) // 2) for k in range(4)]
+    avg = [v / n for v in s]
+    gather = [float(q) for q in range(n) for _ in range(q + 1)]
+    return (f"OK rank {r} size {n} sum {s} avg {avg} inplace {float(n * (n + 1) // 2)} "
+            f"gather {gather} bcast {float((n - 1) * 10)}")
+
+
+def horovod_executor_fn():
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    rank = hvd.rank()
+    total = hvd.allreduce(torch.tensor([rank + 1.0]), op=hvd.Sum, name="executor.sum")
+    return (rank, hvd.size(), total.item())
+
+
+class HorovodTest(unittest.TestCase):
+    def setUp(self):
+        self.t0 = time.monotonic()
+        self.tag = uuid.uuid4().hex
+        self.addCleanup(self.report_time)
+        self.addCleanup(self.no_process_left)  # after the cluster's own cleanup
+        self.site = horovod_site()
+        self.env = horovod_env(self.site, self.tag)
+
+    @classmethod
+    def tearDownClass(cls):
+        print("timings: " + ", ".join(f"{name} {t:.1f} s" for name, t in TIMINGS), flush=True)
+
+    def report_time(self):
+        took = time.monotonic() - self.t0
+        TIMINGS.append((self.id().rsplit(".", 1)[-1], took))
+        print(f"  [{took:.1f} s]", flush=True)
+
+    def no_process_left(self):
+        left = kill_tagged(self.tag)
+        if left:
+            # a launcher that leaves processes behind is a failure in its own right
+            self.fail(f"processes of this test were still running afterwards: {left}")
+
+    def cluster(self, slots_per_node=2):
+        c = Cluster()
+        self.addCleanup(c.close)
+        for name in ("hvd-a", "hvd-b"):
+            c.node(name, slots=slots_per_node)
+        return c
+
+    def driver_args(self, c, np):
+        return [CAF_HVD, "driver", "-np", str(np), "-H",
+                f"{c.spec('hvd-a', 2)},{c.spec('hvd-b', 2)}"]
+
+    # -- Horovod's own test file ---------------------------------------------------------
+
+    def check_against_baseline(self, launcher, rc, out, err, np, baseline, note):
+        got = pytest_summaries(out)
+        print(f"  caf-hvd:    {brief(got)}\n  horovodrun: {brief(baseline)} ({note})",
+              flush=True)
+        self.assertEqual(sorted(got), list(range(np)),
+                         f"not every rank printed its pytest summary under {launcher} "
+                         f"(exit {rc}):\n{out[-4000:]}\n{err[-3000:]}")
+        for r in range(np):
+            c, b = got[r], baseline[r]
+            self.assertEqual((c["failed"], c["errors"]), (0, 0),
+                             f"rank {r} under {launcher}: {c}\n{out[-6000:]}")
+            self.assertGreaterEqual(c["passed"], b["passed"],
+                                    f"rank {r}: fewer tests passed under {launcher} ({c}) "
+                                    f"than under horovodrun ({b})")
+        self.assertEqual(rc, 0, err[-3000:])
+
+    def test_1_horovods_test_torch_under_run_np2_as_under_horovodrun(self):
+        baseline, note = horovodrun_baseline(self.site, 2, [], "baseline-np2")
+        args = [CAF_HVD, "run", "-np", "2", "--", PYTHON, *TEST_TORCH]
+        rc, out, err = run_cmd(args, self.env, cwd=horovod_test_dir(self.site), timeout=600)
+        self.check_against_baseline("caf-hvd run -np 2", rc, out, err, 2, baseline, note)
+
+    def test_2_horovods_test_torch_under_driver_2_agents_x2_as_under_horovodrun(self):
+        baseline, note = horovodrun_baseline(self.site, 4, NOT_JOIN, "baseline-np4-not-join")
+        c = self.cluster()
+        # the ranks' own view first: 2 hosts, so cross size 2
+        rc, out, err = run_cmd([*self.driver_args(c, 4), "--", PYTHON, STATIC_OPS],
+                               self.env, timeout=120)
+        self.assertEqual(rc, 0, err[-3000:])
+        lines = rank_lines(out)
+        for r in range(4):
+            self.assertIn(f"place rank {r} size 4 local {r % 2}/2 cross {r // 2}/2 "
+                          f"host {('hvd-a', 'hvd-b')[r // 2]}", lines.get(r, [""])[0])
+        args = [*self.driver_args(c, 4), "--", PYTHON, *TEST_TORCH, *NOT_JOIN]
+        rc, out, err = run_cmd(args, self.env, cwd=horovod_test_dir(self.site), timeout=900)
+        self.check_against_baseline("caf-hvd driver, 2 agents x 2", rc, out, err, 4,
+                                    baseline, note)
+
+    # -- a small static program ----------------------------------------------------------
+
+    def check_static_ops(self, rc, out, err, n, hosts):
+        self.assertEqual(rc, 0, f"{out[-3000:]}\n{err[-3000:]}")
+        lines = rank_lines(out)
+        self.assertEqual(sorted(lines), list(range(n)), out)
+        per_host = n // len(hosts)
+        for r in range(n):
+            lr, cr = r % per_host, r // per_host
+            self.assertEqual(lines[r][0], f"place rank {r} size {n} local {lr}/{per_host} "
+                                          f"cross {cr}/{len(hosts)} host {hosts[cr]}")
+            self.assertEqual(lines[r][1:], [expected_ok(r, n)])
+
+    def test_3_static_program_under_run_np4(self):
+        rc, out, err = run_cmd([CAF_HVD, "run", "-np", "4", "--", PYTHON, STATIC_OPS],
+                               self.env, timeout=120)
+        host = rank_lines(out).get(0, ["place ? host ?"])[0].rsplit(" ", 1)[-1]
+        self.check_static_ops(rc, out, err, 4, [host])
+
+    def test_4_static_program_under_driver_2_agents_x2(self):
+        c = self.cluster()
+        rc, out, err = run_cmd([*self.driver_args(c, 4), "--", PYTHON, STATIC_OPS],
+                               self.env, timeout=120)
+        self.check_static_ops(rc, out, err, 4, ["hvd-a", "hvd-b"])
+
+    def test_5_a_rank_exiting_after_init_ends_the_job_with_its_code(self):
+        # rank 2 exits 3 after hvd.init(); ranks 0, 1, 3 sleep 120 s: the job must end
+        # at once with exit 3, naming rank 2, and stop the others.
+        t0 = time.monotonic()
+        rc, out, err = run_cmd([CAF_HVD, "run", "-np", "4", "--", PYTHON, STATIC_OPS,
+                                "--exit-rank", "2", "--exit-code", "3"],
+                               self.env, timeout=120)
+        took = time.monotonic() - t0
+        self.assertEqual(rc, 3, f"{out[-3000:]}\n{err[-3000:]}")
+        self.assertEqual(sorted(rank_lines(out)), [0, 1, 2, 3], out)  # all got past init
+        self.assertRegex(err, r"rank 2 on host \S+ failed first: exit code 3")
+        # the sleeping ranks were stopped with SIGTERM (not left to end or to SIGKILL)
+        self.assertIn("processes    4 (3 x code 143, 1 x code 3)", err)
+        self.assertLess(took, 60, f"the job took {took:.0f} s:\n{err[-3000:]}")
+
+    # -- the executor --------------------------------------------------------------------
+
+    def test_6_executor_with_horovod(self):
+        from caf_hvd import Executor
+        pythonpath = os.pathsep.join(p for p in (self.site, os.environ.get("PYTHONPATH"))
+                                     if p)
+        with mock.patch.dict(os.environ, {"PYTHONPATH": pythonpath, TAG: self.tag}):
+            ex = Executor(num_workers=3, python=PYTHON, caf_hvd=CAF_HVD)
+            self.addCleanup(ex.shutdown)
+            ex.start()
+            got = ex.run(horovod_executor_fn, timeout=120)
+            ex.shutdown()
+        self.assertEqual(got, [(0, 3, 6.0), (1, 3, 6.0), (2, 3, 6.0)])
+
+
+if __name__ == "__main__":
+    try:
+        code = run_suite(HorovodTest, sys.argv[1:])
+    finally:
+        if _test_copy:
+            shutil.rmtree(os.path.dirname(_test_copy), ignore_errors=True)
+    sys.exit(code)
