@@ -519,10 +519,15 @@ private:
       if (h.blacklisted)
         black.push_back(h.info.name.empty() ? ep : h.info.name);
     std::map<std::string, int> ends;
-    for (auto& [id, s] : slots_)
+    size_t processes = 0;
+    for (auto& [id, s] : slots_) {
+      if (!s.launching && s.exit_code < 0)
+        continue; // a fresh slot whose plan was never released: no process ran
+      ++processes;
       ++ends[s.exit_code < 0    ? std::string{"no exit seen"}
              : s.exit_code == 0 ? std::string{"exit 0"}
                                 : fmt::format("code {}", s.exit_code)];
+    }
     std::vector<std::string> end_text, phases;
     for (auto& [what, n] : ends)
       end_text.push_back(fmt::format("{} x {}", n, what));
@@ -537,7 +542,7 @@ private:
         failure_       ? fmt::format(" ({})", *failure_)
         : interrupted_ ? " (interrupted)"
                        : "",
-        used.size(), fmt::join(used, ", "), slots_.size(), fmt::join(end_text, ", "), gen_.number,
+        used.size(), fmt::join(used, ", "), processes, fmt::join(end_text, ", "), gen_.number,
         gen_.number == 1 ? "" : "s", gen_.plan.size(), static_cast<double>(elapsed_ms()),
         phases.empty() ? std::string{} : fmt::format(" ({} ms)", fmt::join(phases, ", ")));
     if (!black.empty())

@@ -35,9 +35,10 @@ stamped on arrival, monotonic clock):
     line) at size 2. Both launchers blacklist the failed host, so the job shrinks to 2.
   growth: 2 hosts; 0-3 s (uniformly random, seeded, the same delay for every launcher in
     a run) after the same step the third host is added to the discovery output (os.replace
-    of the file): without the delay the change fell at the same place of the discovery
-    schedule run after run (both schedules start with the job). The time from just after
-    the replace to the first `committed S` after a step at size 3.
+    of the file), so that where the change falls in the discovery schedule and in the
+    commit cycle is random rather than tied to the job's start-up (both schedules start
+    with the job). The time from just after the replace to the first `committed S` after
+    a step at size 3.
 The breakdown (medians) splits them. Recovery: when the launcher reported the failure
 (horovodrun: "Process N exit with status code 137." on stdout; caf-hvd: "host H is
 blacklisted" on stderr), when the last survivor's Horovod reported its error ("Horovod

@@ -6,6 +6,7 @@ rewrites. Each scenario asserts the size the job reaches, that no generation res
 below the last step committed before it, that the replicas end equal, and the exit code.
 Run by `meson test`; prints a closing 'N passed, N failed' line."""
 
+import base64
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Cluster, pid_with_env, pids_matching, wait_until  # noqa: E402
+from harness import Cluster, pid_with_env, wait_until  # noqa: E402
 
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -133,12 +134,17 @@ class Scenarios:
             f.write(f"#!/bin/sh\ncat {self.hosts_file}\n")
         os.chmod(self.script, stat.S_IRWXU)
         self.events = os.path.join(self.dir, "events.jsonl")
+        self.token = f"{os.getpid()}-{time.monotonic_ns()}"
         self.addCleanup(self.no_rank_left)
+
+    def ours(self, **env):
+        """A pid of this test's ranks (with `env` in its environment), or None."""
+        return pid_with_env(self.program.pattern(), prefix=True, CAF_HVD_TEST_TOKEN=self.token,
+                            **env)
 
     def no_rank_left(self):
         self.c.close()
-        wait_until(lambda: not pids_matching(self.program.pattern(), prefix=True), 15,
-                   "every rank to be gone")
+        wait_until(lambda: self.ours() is None, 15, "every rank to be gone")
 
     def set_hosts(self, *hosts):
         tmp = self.hosts_file + ".tmp"
@@ -151,7 +157,7 @@ class Scenarios:
         args = ["driver", "--host-discovery-script", self.script, "--discovery-interval",
                 "0.2", "--events", self.events, "--min-np", "1", "--max-np", "8",
                 "--kill-grace-seconds", "2"]
-        for k, v in self.program.env(steps, env).items():
+        for k, v in {**self.program.env(steps, env), "CAF_HVD_TEST_TOKEN": self.token}.items():
             args += ["--env", f"{k}={v}"]
         args += list(flags) + ["--"] + self.program.command(steps)
         self.t0 = time.monotonic()
@@ -162,6 +168,7 @@ class Scenarios:
     def read_until(self, pred, timeout, what):
         """Reads the driver's stdout until pred(events) holds."""
         deadline = time.monotonic() + timeout
+        line = None
         while time.monotonic() < deadline:
             line = self.driver.stdout.readline()
             if not line:
@@ -170,8 +177,10 @@ class Scenarios:
             events, _ = self.program.parse("".join(self.lines))
             if pred(events):
                 return events
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n"
-                             f"{''.join(self.lines)[-3000:]}")
+        self.driver.kill()
+        out, err = self.driver.communicate()
+        raise AssertionError(f"no {what} within {timeout}s (the job {'ended' if line == '' else 'runs'}):"
+                             f"\n{''.join(self.lines)[-3000:]}{out[-2000:]}\n{err[-3000:]}")
 
     def finish(self, timeout=150):
         try:
@@ -213,7 +222,7 @@ class Scenarios:
         return events, sizes
 
     def rank_pid(self, host):
-        pid = pid_with_env(self.program.pattern(), prefix=True, HOROVOD_HOSTNAME=host)
+        pid = self.ours(HOROVOD_HOSTNAME=host)
         if pid is None:
             raise AssertionError(f"no rank on host {host}")
         return pid
@@ -313,22 +322,36 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         events, sizes = self.check(text, err, steps, 1, rc_got=rc)
         self.assertEqual(sizes, [1])
         self.assertRegex(err, r"warning: could not tell rank 0 \(ha:0\) of the host change of "
-                              r"generation 2: lo 127\.0\.0\.1:\d+: refused")
-        self.assertIsNone(pid_with_env(self.program.pattern(), prefix=True,
-                                       HOROVOD_HOSTNAME="hb"))
+                              r"generation 2: lo 127\.0\.0\.1:\d+: connection refused")
+        self.assertIn("processes    1 (1 x exit 0); 2 generations", err)
+        self.assertIsNone(self.ours(HOROVOD_HOSTNAME="hb"))
 
     def test_registration_key_never_logged(self):
-        """The worker's key reaches neither the driver's output nor the event log."""
+        """The worker's key (it prints it, for this test) reaches neither the driver's own
+        messages nor the event log, in any spelling; the registration itself is logged."""
         self.c.node("ha")
+        self.c.node("hb")
         self.set_hosts(("ha", 1))
-        self.start(10, "--verbose")
+        self.start(25, "--verbose", env={"TRAIN_PRINT_KEY": "1"})
+        self.read_until(self.committed(5), 90, "step 5's commit")
+        self.set_hosts(("ha", 1), ("hb", 1))  # a notification is sent with that key
         rc, text, err = self.finish()
-        self.check(text, err, 10, 1, rc_got=rc)
-        self.assertIn("ha:0 registered its notification service at lo: 127.0.0.1:", err)
+        self.check(text, err, 25, 2, rc_got=rc)
+        self.assertRegex(err, r"ha:0 registered its notification service at lo: "
+                              r"127\.0\.0\.1:\d+ \(key: 32 bytes\)")
+        self.assertIn("rank 0 (ha:0) was told of generation 2's host change", err)
+        keys = set(re.findall(r"<stdout>:key: ([0-9a-f]{64})$", text, re.M))
+        self.assertTrue(keys, text[-2000:])
         with open(self.events) as f:
             log = f.read()
         self.assertIn('"notify.registered"', log)
-        self.assertNotIn("key", log.replace('"notify.registered"', ""))
+        self.assertIn('"delivered":true', log.replace(" ", ""))
+        for k in keys:
+            raw = bytes.fromhex(k)
+            for spelling in (k, k.upper(), base64.b64encode(raw).decode(), repr(raw)[2:-1],
+                             raw.decode("latin-1")):
+                self.assertNotIn(spelling, err)
+                self.assertNotIn(spelling, log)
 
 
 class AllreduceElastic(Scenarios, unittest.TestCase):
@@ -344,8 +367,8 @@ def main():
         print("0 passed, 1 failed")
         return 1
     loader = unittest.defaultTestLoader
-    suite = unittest.TestSuite([loader.loadTestsFromTestCase(HorovodElastic),
-                                loader.loadTestsFromTestCase(AllreduceElastic)])
+    suite = unittest.TestSuite(list(loader.loadTestsFromTestCase(HorovodElastic))
+                               + list(loader.loadTestsFromTestCase(AllreduceElastic)))
     if sys.argv[1:]:
         suite = unittest.TestSuite(t for t in suite if any(a in t.id() for a in sys.argv[1:]))
     result = unittest.TextTestRunner(verbosity=2).run(suite)

@@ -11,10 +11,13 @@ with PYTHONPATH=<site>.
   slots each (4 ranks, cross size 2, `-k 'not join'`: the join tests hang at 4 ranks
   under horovodrun itself). Every rank must print its pytest summary, with no failure
   and at least as many passed tests as the same rank under `horovodrun --gloo` with the
-  same ranks. The horovodrun baseline (per-rank passed/skipped/failed counts) is
-  computed once per machine and cached next to the build, as
-  /var/cache/caf-hvd/horovod-<sum>/baseline-np2.json and baseline-np4-not-join.json
-  (delete them to measure again; a baseline run with a failure is used but not cached).
+  same ranks. Running horovodrun every time would double the cost, so its per-rank
+  passed/skipped/failed counts are computed once per machine and cached next to the
+  build, as /var/cache/caf-hvd/horovod-<sum>/baseline-np2.json and
+  baseline-np4-not-join.json (delete them to measure again; a baseline run in which a
+  test failed is used but not cached). horovodrun 0.28.1's own rendezvous server
+  makes its ranks abort in a re-init under load (horovodrun_baseline() says how this
+  is handled; the cache file names the launcher that gave the counts).
 - A small static program (horovod_programs/static_ops.py: init, place, allreduce sum and
   average, in-place async allreduce, allgather, broadcast, each checked per rank) under
   `caf-hvd run -np 4` and the driver over 2 agents x 2; and a rank that exits 3 right
@@ -191,44 +194,54 @@ def brief(summaries):
 
 def horovodrun_baseline(site, np, k_filter, name):
     """Per-rank counts of test_torch.py under `horovodrun --gloo -np N -H localhost:N`,
-    cached as <build>/<name>.json (computed when missing)."""
+    cached as <build>/<name>.json (computed when missing). horovodrun 0.28.1's rendezvous
+    server loses track of finished scopes and then serves stale Gloo addresses at re-init
+    (horovod_programs/horovodrun_store_fix.py explains it), so on a loaded machine its
+    ranks often abort in hvd.init(): up to 3 runs of the unchanged horovodrun, then up to
+    2 with that one fault worked around; the cache file says which one counted."""
     path = os.path.join(os.path.dirname(site), f"{name}.json")
     try:
         with open(path) as f:
             cached = json.load(f)
-        return {int(r): c for r, c in cached["ranks"].items()}, f"cached in {path}"
+        return ({int(r): c for r, c in cached["ranks"].items()},
+                f"cached in {path}, from {cached['launcher']}")
     except (OSError, ValueError, KeyError):
         pass
-    cmd = [PYTHON, "-m", "horovod.runner.launch", "--gloo", "-np", str(np), "-H",
-           f"localhost:{np}", PYTHON, *TEST_TORCH, *k_filter]
+    hosts = ["--gloo", "-np", str(np), "-H", f"localhost:{np}"]
+    program = [PYTHON, *TEST_TORCH, *k_filter]
+    launchers = [("horovodrun", [PYTHON, "-m", "horovod.runner.launch"])] * 3 + \
+        [("horovodrun with its rendezvous store fault worked around",
+          [PYTHON, os.path.join(HERE, "horovod_programs", "horovodrun_store_fix.py")])] * 2
     attempts = []
-    for attempt in range(3):  # horovodrun itself aborted in hvd.init() once under load
+    for label, launcher in launchers:
+        cmd = [*launcher, *hosts, *program]
         tag = uuid.uuid4().hex
         t0 = time.monotonic()
         try:
             rc, out, err = run_cmd(cmd, horovod_env(site, tag), cwd=horovod_test_dir(site),
-                                   timeout=900)
+                                   timeout=300 * np)
         finally:
             kill_tagged(tag)
         took = time.monotonic() - t0
         ranks = pytest_summaries(out)
         if sorted(ranks) == list(range(np)):
             break
-        attempts.append(f"attempt {attempt + 1}: exit {rc}, summaries of ranks "
-                        f"{sorted(ranks)} only; its output ends with:\n{out[-2000:]}\n"
-                        f"{err[-2000:]}")
-        print(f"  horovodrun baseline, attempt {attempt + 1}: no summary from every rank "
-              f"(exit {rc}); trying again", flush=True)
+        aborted = "Fatal Python error: Aborted" in out + err
+        attempts.append(f"{label}: exit {rc} after {took:.0f} s, summaries of ranks "
+                        f"{sorted(ranks)} only{' (a rank aborted)' if aborted else ''}")
+        print(f"  baseline: {attempts[-1]}", flush=True)
     else:
-        raise AssertionError(f"no horovodrun baseline: {shlex.join(cmd)} did not give "
-                             f"every rank's pytest summary in 3 attempts:\n"
-                             + "\n".join(attempts))
-    record = {"command": shlex.join(cmd), "exit_code": rc, "wall_seconds": round(took, 1),
+        raise AssertionError(f"no horovodrun baseline at {np} ranks: {shlex.join(cmd)} "
+                             f"did not give every rank's pytest summary:\n"
+                             + "\n".join(attempts) + f"\nthe last run ended with:\n"
+                             f"{out[-3000:]}\n{err[-3000:]}")
+    record = {"launcher": label, "command": shlex.join(cmd), "exit_code": rc,
+              "wall_seconds": round(took, 1), "failed_attempts": attempts,
               "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "ranks": {str(r): c for r, c in sorted(ranks.items())}}
-    note = f"measured now in {took:.0f} s"
+    note = f"{label}, measured now in {took:.0f} s"
     if attempts:
-        note += f" (after {len(attempts)} failed attempts)"
+        note += f" after {len(attempts)} failed runs"
     if all(c["failed"] == 0 and c["errors"] == 0 for c in ranks.values()):
         try:
             with open(path + ".tmp", "w") as f:
@@ -238,7 +251,7 @@ def horovodrun_baseline(site, np, k_filter, name):
         except OSError as e:
             note += f", not cached ({e})"
     else:
-        note += ", not cached: horovodrun's own run had failures"
+        note += ", not cached: a test failed under horovodrun"
     return ranks, note
 
 

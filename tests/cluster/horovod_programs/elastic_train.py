@@ -10,7 +10,8 @@ lines the tests read:
 
 Options (environment, so a launcher command stays plain): TRAIN_STEPS (60), TRAIN_COMMIT
 (5), TRAIN_STEP_MS (200), TRAIN_NO_NOTIFY=1 (stop this process's notification service
-right after it registered: the launcher cannot reach it)."""
+right after it registered: the launcher cannot reach it), TRAIN_PRINT_KEY=1 (print the
+service's secret key as `key: HEX`, so a test can look for it where it must not be)."""
 
 import os
 import time
@@ -18,6 +19,7 @@ import time
 import torch
 
 import horovod.torch as hvd
+from horovod.common.elastic import notification_manager
 
 STEPS = int(os.environ.get("TRAIN_STEPS", "60"))
 COMMIT = int(os.environ.get("TRAIN_COMMIT", "5"))
@@ -38,10 +40,11 @@ def params_checksum():
 
 @hvd.elastic.run
 def train(state):
-    if os.environ.get("TRAIN_NO_NOTIFY") == "1":
-        service = hvd.elastic.notification_manager._service
-        if service is not None:
-            service.shutdown()
+    service = notification_manager._service
+    if os.environ.get("TRAIN_PRINT_KEY") == "1" and service is not None:
+        print(f"key: {service._wire._key.hex()}", flush=True)
+    if os.environ.get("TRAIN_NO_NOTIFY") == "1" and service is not None:
+        service.shutdown()
     print(f"resume: rank {hvd.rank()} of {hvd.size()} on {HOST} at step {state.step}",
           flush=True)
     while state.step < STEPS:
