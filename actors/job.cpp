@@ -1728,8 +1728,11 @@ private:
     in.extra = job_.extra_env;
     in.cuda_visible_devices = visible_devices(h, row.local_rank);
     in.cpus_per_slot = static_cast<int>(job_.cpus_per_slot);
-    if (elastic_)
+    if (elastic_) {
       in.extra.push_back("HOROVOD_ELASTIC=1");
+      // the released plan it starts in: /elastic/update says when a newer one forms
+      in.extra.push_back(fmt::format("CAF_HVD_GENERATION={}", gen_.number));
+    }
     auto env = build_rank_env(in);
     env.push_back("PWD=" + job_.cwd);
     std::sort(env.begin(), env.end());

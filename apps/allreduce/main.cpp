@@ -356,6 +356,7 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
   long known_gen = 0;
   bool joined_before = false;
   int joins = 0;
+  long env_generation = 0;
   for (;;) {
     auto slot = fmt::format("{}:{}", host, local_rank);
     std::vector<int> v;
@@ -363,6 +364,8 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
       v = {env_int("HOROVOD_RANK"),       env_int("HOROVOD_SIZE"),
            env_int("HOROVOD_LOCAL_RANK"), env_int("HOROVOD_LOCAL_SIZE"),
            env_int("HOROVOD_CROSS_RANK"), env_int("HOROVOD_CROSS_SIZE")};
+      // The plan it was started with; a newer generation may have formed since.
+      env_generation = env_int("CAF_HVD_GENERATION", "0");
     } else {
       auto rs = ras.try_get(slot);
       if (!rs)
@@ -384,7 +387,9 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
       // The new rank 0 holds the state; everybody takes it.
       std::vector<long> state(3, 0);
       if (rank == 0)
-        state = {step, checksum, parse_generation(updates.try_get("update"))};
+        state = {step, checksum,
+                 joins == 1 && env_generation > 0 ? env_generation
+                                                  : parse_generation(updates.try_get("update"))};
       gloo::AllreduceOptions o(global.ctx);
       o.setOutput(state.data(), state.size());
       void (*fn)(void*, const void*, const void*, size_t) = &gloo::sum<long>;

@@ -25,7 +25,7 @@ def main():
     a = ap.parse_args()
     slot = f"{os.environ['HOROVOD_HOSTNAME']}:{os.environ['HOROVOD_LOCAL_RANK']}"
     end = time.monotonic() + a.seconds
-    first = True
+    first = first_gen = True
     while True:
         if first:
             rank, size = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
@@ -40,7 +40,10 @@ def main():
                 while True:
                     time.sleep(0.1)
             return
-        gen = int(get("/elastic/update").split()[1])
+        if first_gen:
+            gen, first_gen = int(os.environ["CAF_HVD_GENERATION"]), False  # started in it
+        else:
+            gen = int(get("/elastic/update").split()[1])
         print(f"slot {slot} joined generation {gen} as rank {rank} of {size} (MASTER_PORT "
               f"{os.environ.get('MASTER_PORT')}, agent store "
               f"{os.environ.get('TORCHELASTIC_USE_AGENT_STORE', 'unset')})", flush=True)
