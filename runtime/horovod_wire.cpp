@@ -222,10 +222,9 @@ const char* kind_name(pk_value::kind k) {
 struct pk_policy {
   // GLOBAL / STACK_GLOBAL make a class name, EMPTY_TUPLE + NEWOBJ an object of it with
   // no state (how a stateless class such as AckResponse is pickled).
+  // A registration never has either: no globals and no calls (Horovod sends protocol 5;
+  // protocol 2, which writes bytes as a call of _codecs.encode, is refused).
   bool class_refs = false;
-  // Protocol 2 has no bytes opcode: Python 3 pickles bytes there as
-  // _codecs.encode(<latin-1 text>, 'latin1'). That one call is evaluated here, by us.
-  bool latin1_bytes = false;
 };
 
 class pk_reader {
@@ -349,8 +348,7 @@ private:
     return make(std::move(v));
   }
   size_t global(std::string_view module, std::string_view name) {
-    bool codec = module == "_codecs" && name == "encode";
-    if (!policy_.class_refs && !(policy_.latin1_bytes && codec))
+    if (!policy_.class_refs)
       refuse_opcode(fmt::format(" (it names {}.{})", printable(module), printable(name)));
     pk_value v;
     v.k = pk_value::kind::global;
@@ -378,38 +376,6 @@ private:
     push(make(std::move(t)));
   }
 
-  // Bytes that Python 3 pickles at protocol 2: _codecs.encode(text, 'latin1').
-  size_t latin1_call(size_t callable, size_t args) {
-    const auto& f = values_[callable];
-    if (!policy_.latin1_bytes || f.k != pk_value::kind::global || f.text != "_codecs"
-        || f.name != "encode")
-      refuse_opcode();
-    const auto& a = values_[args];
-    if (a.k != pk_value::kind::tuple || a.items.size() != 2
-        || values_[a.items[0]].k != pk_value::kind::str
-        || values_[a.items[1]].k != pk_value::kind::str || values_[a.items[1]].text != "latin1")
-      fail("_codecs.encode takes exactly (str, 'latin1') here");
-    const auto& text = values_[a.items[0]].text; // valid UTF-8, checked when read
-    std::string out;
-    for (size_t i = 0; i < text.size(); ++i) {
-      auto c = static_cast<uint8_t>(text[i]);
-      if (c < 0x80) {
-        out += static_cast<char>(c);
-      } else if ((c >> 5) == 0x6 && i + 1 < text.size()) {
-        uint32_t cp = ((c & 0x1fu) << 6) | (static_cast<uint8_t>(text[i + 1]) & 0x3fu);
-        if (cp > 0xff)
-          fail("_codecs.encode of a character above U+00FF with 'latin1'");
-        out += static_cast<char>(cp);
-        ++i;
-      } else {
-        fail("_codecs.encode of a character above U+00FF with 'latin1'");
-      }
-    }
-    pk_value v;
-    v.k = pk_value::kind::bytes;
-    v.text = std::move(out);
-    return make(std::move(v));
-  }
 
   // One opcode; true at STOP.
   bool step() {
@@ -544,15 +510,6 @@ private:
         v.k = K::instance;
         v.items.push_back(cls);
         push(make(std::move(v)));
-        return false;
-      }
-      case REDUCE: {
-        if (!policy_.latin1_bytes)
-          refuse_opcode();
-        need(2);
-        auto args = pop();
-        auto callable = pop();
-        push(latin1_call(callable, args));
         return false;
       }
       case STOP: {
@@ -934,7 +891,7 @@ decoded_registration decode_worker_registration_pickle(std::string_view pickle) 
     if (pickle.size() > registration_limits::max_pickle)
       return {std::nullopt, fmt::format("the registration pickle has {} bytes (at most {})",
                                         pickle.size(), registration_limits::max_pickle)};
-    pk_reader r{pickle, pk_policy{false, true}};
+    pk_reader r{pickle, pk_policy{false}};
     auto root = r.run();
     return {registration_from(r, root), {}};
   } catch (const refusal& e) {
@@ -1050,7 +1007,7 @@ std::string check_ack_response(std::string_view body) noexcept {
   try {
     if (body.size() > registration_limits::max_pickle)
       return fmt::format("a pickle of {} bytes, not an AckResponse", body.size());
-    pk_reader r{body, pk_policy{true, false}};
+    pk_reader r{body, pk_policy{true}};
     const auto& v = r.at(r.run());
     if (v.k != pk_value::kind::instance)
       return fmt::format("a {}, not an AckResponse", kind_name(v.k));

@@ -8,7 +8,8 @@
 //  - Registration body: base64(cloudpickle.dumps((addresses, key), HIGHEST_PROTOCOL)),
 //    addresses = {interface: [(ipv4, port), ...]} (IPv6 accepted too), key = 32 random
 //    bytes. We read it with a pickle interpreter that knows only the opcodes of that
-//    value's shape (protocols 2-5) and never names, imports or calls anything.
+//    value's shape (protocols 3-5: protocol 2 writes bytes as a call, which is refused)
+//    and never names, imports or calls anything.
 //  - Wire message: HMAC-SHA256(key, body) (32 bytes), the body's length (int32,
 //    little-endian), the body (a pickle). One request and one answer per connection:
 //    the client connects and writes a message; the service reads exactly that message

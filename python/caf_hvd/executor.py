@@ -321,6 +321,9 @@ def _common_args(*, hosts, hostfile, cluster_dir, insecure, start_timeout,
     if network_interface:
         args += ["--network-interface", network_interface]
     env_vars = dict(extra_env_vars or {})
+    if env_vars.get("PYTHONPATH"):
+        # the ranks' own PYTHONPATH replaces the inherited one: caf_hvd must stay on it
+        env_vars["PYTHONPATH"] = os.pathsep.join([_PACKAGE_PARENT, env_vars["PYTHONPATH"]])
     if cpus_per_worker:
         args += ["--cpus-per-slot", str(cpus_per_worker)]  # OMP_NUM_THREADS unless set
     for k, v in env_vars.items():

@@ -465,8 +465,9 @@ class TorchExampleTest(AgentCase):
 
 
 def elastic_worker():
-    """Joins like Horovod's elastic workers (rank_and_size, then watch for a new
-    generation), logs each generation it joins, returns its final place."""
+    """Joins like Horovod's elastic workers (first from its environment, later through
+    rank_and_size; a new generation from /elastic/update), logs each generation it
+    joins, returns its final place."""
     import urllib.request
 
     def get(path):
@@ -477,11 +478,16 @@ def elastic_worker():
 
     slot = f"{os.environ['HOROVOD_HOSTNAME']}:{os.environ['HOROVOD_LOCAL_RANK']}"
     finish = os.environ["FINISH_FILE"]
+    gen = 0
     while True:
-        rank, size = (int(x) for x in get(f"/rank_and_size/{slot}").split(",")[:2])
-        if rank < 0:
-            return None
-        gen = int(get("/elastic/update").split()[1])
+        if gen == 0:
+            rank, size = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
+            gen = int(os.environ["CAF_HVD_GENERATION"])
+        else:
+            rank, size = (int(x) for x in get(f"/rank_and_size/{slot}").split(",")[:2])
+            if rank < 0:
+                return None
+            gen = int(get("/elastic/update").split()[1])
         caf_hvd.log({"generation": gen, "size": size, "slot": slot})
         while True:
             now = int(get(f"/elastic/update?after={gen}&wait_ms=200").split()[1])

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -352,6 +353,89 @@ class HorovodElastic(Scenarios, unittest.TestCase):
                              raw.decode("latin-1")):
                 self.assertNotIn(spelling, err)
                 self.assertNotIn(spelling, log)
+
+
+    def test_elastic_executor_with_real_horovod_inside(self):
+        """caf_hvd.ElasticExecutor runs a Horovod elastic function (hvd.elastic.run,
+        TorchState); a host joins mid-run; run() returns the final generation's values."""
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        from caf_hvd import ElasticExecutor
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1))
+        progress = os.path.join(self.dir, "progress")
+        ex = ElasticExecutor(min_workers=1, max_workers=3, discovery_script=self.script,
+                             discovery_interval=0.2, elastic_timeout=60,
+                             caf_hvd=os.environ.get("CAF_HVD"))
+        ex.start(extra_env_vars={"PYTHONPATH": SITE, "PROGRESS_FILE": progress,
+                                 "CAF_HVD_TEST_TOKEN": self.token})
+        result = {}
+
+        def run():
+            try:
+                result["values"] = ex.run(horovod_elastic_fn)
+            except Exception as e:  # noqa: BLE001 - reported by the test below
+                result["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+
+        def step():
+            try:
+                with open(progress) as f:
+                    return int(f.read() or 0)
+            except (OSError, ValueError):
+                return 0
+        wait_until(lambda: step() >= 10 or not t.is_alive(), 90, "step 10 of the function")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        t.join(150)
+        self.assertFalse(t.is_alive(), "ElasticExecutor.run did not return")
+        self.assertNotIn("error", result, result.get("error"))
+        values = result["values"]
+        self.assertEqual([v[:3] for v in values], [(0, 2, 40), (1, 2, 40)], values)
+        self.assertTrue(all(v[3] for v in values), f"replicas differ: {values}")
+        self.assertEqual(values[0][4][0], 1, values)  # it began at size 1, then grew
+        self.assertGreaterEqual(values[1][4][0], 10, values)  # hb's rank took the state
+
+
+def horovod_elastic_fn():
+    """Runs on every rank of each generation (pickled by value with cloudpickle)."""
+    import os
+    import time
+
+    import torch
+
+    import horovod.torch as hvd
+    hvd.init()
+    torch.manual_seed(7)
+    model = torch.nn.Linear(4, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+    first = {}
+
+    @hvd.elastic.run
+    def train(state):
+        first.setdefault("size", hvd.size())
+        resumed_at = state.step
+        while state.step < 40:
+            x = torch.full((2, 4), float(hvd.rank() + 1))
+            opt.zero_grad()
+            (model(x) ** 2).mean().backward()
+            opt.step()
+            state.step += 1
+            if state.step % 5 == 0:
+                state.commit()
+                if hvd.rank() == 0:
+                    with open(os.environ["PROGRESS_FILE"], "w") as f:
+                        f.write(str(state.step))
+            time.sleep(0.1)
+        mine = float(sum(p.detach().double().sum() for p in model.parameters()))
+        root = hvd.broadcast_object(mine, root_rank=0, name="final")
+        return (hvd.rank(), hvd.size(), state.step, root == mine,
+                (first["size"] if hvd.rank() == 0 else resumed_at,))
+
+    return train(state)
 
 
 class AllreduceElastic(Scenarios, unittest.TestCase):

@@ -115,8 +115,12 @@ def generations():
     count = os.environ["TORCHELASTIC_RESTART_COUNT"]
     gen = 0
     while True:
-        rank, size = rendezvous(f"/rank_and_size/{slot}").split(",")[:2]
-        gen = int(rendezvous("/elastic/update").split("\n")[0].split()[1])
+        if gen == 0:  # started with a released plan in its environment, as Horovod is
+            rank, size = os.environ["HOROVOD_RANK"], os.environ["HOROVOD_SIZE"]
+            gen = int(os.environ["CAF_HVD_GENERATION"])
+        else:  # a re-join asks for its place
+            rank, size = rendezvous(f"/rank_and_size/{slot}").split(",")[:2]
+            gen = int(rendezvous("/elastic/update").split("\n")[0].split()[1])
         store = Store2(*master())
         # Members of one generation race each other; only earlier generations' keys
         # must be gone.
