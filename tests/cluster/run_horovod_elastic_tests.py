@@ -42,6 +42,14 @@ def horovod_site():
 SITE = None
 
 
+def stdout_bodies(text):
+    """What the ranks printed on stdout, line by line, without the launcher's tags."""
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            yield m.group(2)
+
+
 class Horovod:
     """Real Horovod: hvd.elastic.run, TorchState, commit every 5 steps."""
     name = "horovod"
@@ -60,13 +68,10 @@ class Horovod:
         return "/usr/bin/python3 " + TRAIN
 
     def parse(self, text):
-        """-> (resumes [(rank0 size, step)], commits/steps in order, done lines)"""
+        """-> (events in output order: ("resume", size, step, host) of rank 0, ("commit",
+        step), ("step", step, size); done lines (rank, size, step, verdict))"""
         events, done = [], []
-        for line in text.splitlines():
-            m = LINE.match(line)
-            if not m:
-                continue
-            body = m.group(2)
+        for body in stdout_bodies(text):
             r = re.match(r"resume: rank (\d+) of (\d+) on (\S+) at step (\d+)$", body)
             if r and r.group(1) == "0":
                 events.append(("resume", int(r.group(2)), int(r.group(4)), r.group(3)))
@@ -98,11 +103,7 @@ class Allreduce:
 
     def parse(self, text):
         events, done = [], []
-        for line in text.splitlines():
-            m = LINE.match(line)
-            if not m:
-                continue
-            body = m.group(2)
+        for body in stdout_bodies(text):
             r = re.match(r"generation \d+: rank 0 of (\d+) on (\S+) resumes at step (\d+)", body)
             if r:
                 events.append(("resume", int(r.group(1)), int(r.group(3)), r.group(2)))
