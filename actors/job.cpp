@@ -1632,6 +1632,7 @@ private:
     s->worker = w;
     if (s->retired || done_) {
       s->running = false;
+      demonitor(w.address()); // its end is ours, not news of its node
       send_exit(w, caf::exit_reason::user_shutdown);
       return false;
     }
@@ -1678,6 +1679,7 @@ private:
       // The slot left the job while its worker was spawned.
       s.running = false;
       s.retired = true;
+      demonitor(s.worker.address());
       send_exit(s.worker, caf::exit_reason::user_shutdown);
       return std::nullopt;
     }
@@ -1985,8 +1987,9 @@ private:
       send_rank_table();
   }
 
-  // Drops the slots whose processes were never asked for (they wait for a release that
-  // will not come): nothing of theirs runs, so nothing reports their end.
+  // Elastic: drops the slots whose processes were never asked for (they wait for a
+  // release that will not come): nothing of theirs runs, so nothing reports their end.
+  // (A static job launches every slot of its one plan.)
   void drop_unlaunched() {
     for (auto& [id, s] : slots_)
       drop_if_unlaunched(s);
@@ -1994,12 +1997,14 @@ private:
   }
 
   bool drop_if_unlaunched(eslot& s) {
-    if (!s.running || s.launching || s.launched)
+    if (!elastic_ || !s.running || s.launching || s.launched)
       return false;
     s.running = false;
     s.retired = true;
-    if (s.worker)
+    if (s.worker) {
+      demonitor(s.worker.address()); // its end is ours, not news of its node
       send_exit(s.worker, caf::exit_reason::user_shutdown);
+    }
     return true;
   }
 

@@ -417,6 +417,22 @@ TEST_CASE_FIXTURE(fixture, "elastic: fresh slots of a plan that is never release
   CHECK(job_ended());
   CHECK(result->exit_code == 0);
   CHECK(log.envs.size() == 1);
+  CHECK(names_of("host.lost").empty()); // dropping b's worker is not news of b's node
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a fresh slot whose host leaves before the release is "
+                           "dropped, and its host is not taken for lost") {
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\n");
+  discover("a:1:1\nb:2:1\n");     // generation 2: b's slot waits for the release
+  discover("a:1:1\nc:3:1\n");     // b leaves before it (generation 3), c comes (4)
+  vote("a", 0);
+  CHECK(names_of("generation.released")
+        == std::vector<std::string>{"generation.released:1", "generation.released:4"});
+  CHECK(names_of("host.lost").empty());
+  REQUIRE(log.envs.size() == 2); // a's, then c's with generation 3's plan; b never ran
+  CHECK(env_value(log.envs[slot_on("c", 0)], "HOROVOD_SIZE") == "2");
+  interrupt();
 }
 
 TEST_CASE_FIXTURE(fixture,
