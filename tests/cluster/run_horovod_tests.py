@@ -313,21 +313,42 @@ class HorovodTest(unittest.TestCase):
 
     # -- Horovod's own test file ---------------------------------------------------------
 
-    def check_against_baseline(self, launcher, rc, out, err, np, baseline, note):
+    @staticmethod
+    def agents_state(c):
+        """Whether each node agent still runs, and what it wrote (for failure messages:
+        a node lost while the job ran may be an agent that died or one that hung)."""
+        parts = []
+        for name, (p, _) in sorted(c.nodes.items()):
+            data = b""
+            try:
+                fd = p.stdout.fileno()
+                os.set_blocking(fd, False)
+                while chunk := os.read(fd, 65536):
+                    data += chunk
+            except (OSError, ValueError):
+                pass
+            code = p.poll()
+            parts.append(f"node agent {name} (pid {p.pid}): "
+                         f"{'still running' if code is None else f'ended with {code}'}; "
+                         f"its later output: {data.decode(errors='replace')[-1500:]!r}")
+        return "\n".join(parts)
+
+    def check_against_baseline(self, launcher, rc, out, err, np, baseline, note, c=None):
         got = pytest_summaries(out)
         print(f"  caf-hvd:    {brief(got)}\n  horovodrun: {brief(baseline)} ({note})",
               flush=True)
+        agents = f"\n{self.agents_state(c)}" if c and rc != 0 else ""
         self.assertEqual(sorted(got), list(range(np)),
                          f"not every rank printed its pytest summary under {launcher} "
-                         f"(exit {rc}):\n{out[-4000:]}\n{err[-3000:]}")
+                         f"(exit {rc}):\n{out[-4000:]}\n{err[-3000:]}{agents}")
         for r in range(np):
-            c, b = got[r], baseline[r]
-            self.assertEqual((c["failed"], c["errors"]), (0, 0),
-                             f"rank {r} under {launcher}: {c}\n{out[-6000:]}")
-            self.assertGreaterEqual(c["passed"], b["passed"],
-                                    f"rank {r}: fewer tests passed under {launcher} ({c}) "
-                                    f"than under horovodrun ({b})")
-        self.assertEqual(rc, 0, err[-3000:])
+            mine, theirs = got[r], baseline[r]
+            self.assertEqual((mine["failed"], mine["errors"]), (0, 0),
+                             f"rank {r} under {launcher}: {mine}\n{out[-6000:]}")
+            self.assertGreaterEqual(mine["passed"], theirs["passed"],
+                                    f"rank {r}: fewer tests passed under {launcher} ({mine}) "
+                                    f"than under horovodrun ({theirs})")
+        self.assertEqual(rc, 0, err[-3000:] + agents)
 
     def test_1_horovods_test_torch_under_run_np2_as_under_horovodrun(self):
         baseline, note = horovodrun_baseline(self.site, 2, [], "baseline-np2")
@@ -349,7 +370,7 @@ class HorovodTest(unittest.TestCase):
         args = [*self.driver_args(c, 4), "--", PYTHON, *TEST_TORCH, *NOT_JOIN]
         rc, out, err = run_cmd(args, self.env, cwd=horovod_test_dir(self.site), timeout=900)
         self.check_against_baseline("caf-hvd driver, 2 agents x 2", rc, out, err, 4,
-                                    baseline, note)
+                                    baseline, note, c)
 
     # -- a small static program ----------------------------------------------------------
 
