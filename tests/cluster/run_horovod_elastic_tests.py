@@ -223,6 +223,15 @@ class Scenarios:
         self.assertEqual(sizes[-1], final_size, f"resumes at sizes {sizes}")
         return events, sizes
 
+    def train_until_commit(self, steps, hosts, *flags, agents=("ha", "hb", "hc"), commit=10,
+                           env=None):
+        """Agents for `agents`, a job on `hosts` (one slot each) until step `commit`."""
+        for n in agents:
+            self.c.node(n)
+        self.set_hosts(*((h, 1) for h in hosts))
+        self.start(steps, *flags, env=env)
+        self.read_until(self.committed(commit), 90, f"step {commit}'s commit")
+
     def rank_pid(self, host):
         pid = self.ours(HOROVOD_HOSTNAME=host)
         if pid is None:
@@ -232,13 +241,8 @@ class Scenarios:
     # -- scenarios ----------------------------------------------------------------------
 
     def test_host_added_grows_at_its_next_commit(self):
-        self.c.node("ha")
-        self.c.node("hb")
-        self.c.node("hc")
-        self.set_hosts(("ha", 1), ("hb", 1))
         steps = 50
-        self.start(steps)
-        self.read_until(self.committed(10), 90, "step 10's commit")
+        self.train_until_commit(steps, ("ha", "hb"))
         self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
         rc, text, err = self.finish()
         events, sizes = self.check(text, err, steps, 3, rc_got=rc)
@@ -247,12 +251,8 @@ class Scenarios:
         self.assertNotIn("blacklisted", err)
 
     def test_host_removed_from_discovery_shrinks(self):
-        for n in ("ha", "hb", "hc"):
-            self.c.node(n)
-        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
         steps = 50
-        self.start(steps)
-        self.read_until(self.committed(10), 90, "step 10's commit")
+        self.train_until_commit(steps, ("ha", "hb", "hc"))
         hc = self.rank_pid("hc")
         self.set_hosts(("ha", 1), ("hb", 1))
         rc, text, err = self.finish()
@@ -263,12 +263,8 @@ class Scenarios:
         self.assertFalse(os.path.exists(f"/proc/{hc}"), "the removed host's rank still runs")
 
     def test_worker_killed(self):
-        for n in ("ha", "hb", "hc"):
-            self.c.node(n)
-        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
         steps = 50
-        self.start(steps)
-        self.read_until(self.committed(10), 90, "step 10's commit")
+        self.train_until_commit(steps, ("ha", "hb", "hc"))
         os.kill(self.rank_pid("hb"), signal.SIGKILL)
         rc, text, err = self.finish()
         events, sizes = self.check(text, err, steps, 2, rc_got=rc)
@@ -276,12 +272,8 @@ class Scenarios:
         self.assertIn("host hb is blacklisted", err)
 
     def test_node_agent_killed(self):
-        for n in ("ha", "hb", "hc"):
-            self.c.node(n)
-        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
         steps = 50
-        self.start(steps)
-        self.read_until(self.committed(10), 90, "step 10's commit")
+        self.train_until_commit(steps, ("ha", "hb", "hc"))
         os.killpg(self.c.nodes["hb"][0].pid, signal.SIGKILL)
         rc, text, err = self.finish()
         events, sizes = self.check(text, err, steps, 2, rc_got=rc)
@@ -291,12 +283,8 @@ class Scenarios:
     def test_host_added_and_another_killed_in_one_window(self):
         """Scenario 2 of the issue: hc appears, hb's agent dies moments later. The job
         ends on ha and hc; hc, which did nothing wrong, is never blacklisted."""
-        for n in ("ha", "hb", "hc"):
-            self.c.node(n)
-        self.set_hosts(("ha", 1), ("hb", 1))
         steps = 60
-        self.start(steps)
-        self.read_until(self.committed(10), 90, "step 10's commit")
+        self.train_until_commit(steps, ("ha", "hb"))
         self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
         time.sleep(0.3)
         os.killpg(self.c.nodes["hb"][0].pid, signal.SIGKILL)
@@ -313,12 +301,9 @@ class HorovodElastic(Scenarios, unittest.TestCase):
     def test_unreachable_notification_service_does_not_hang_the_job(self):
         """Rank 0's notification service is gone: the driver says it could not tell rank 0,
         the job trains on at its size and ends; the added host's slot never starts."""
-        self.c.node("ha")
-        self.c.node("hb")
-        self.set_hosts(("ha", 1))
         steps = 40
-        self.start(steps, env={"TRAIN_NO_NOTIFY": "1"})
-        self.read_until(self.committed(5), 90, "step 5's commit")
+        self.train_until_commit(steps, ("ha",), agents=("ha", "hb"), commit=5,
+                                env={"TRAIN_NO_NOTIFY": "1"})
         self.set_hosts(("ha", 1), ("hb", 1))
         rc, text, err = self.finish()
         events, sizes = self.check(text, err, steps, 1, rc_got=rc)
@@ -331,11 +316,8 @@ class HorovodElastic(Scenarios, unittest.TestCase):
     def test_registration_key_never_logged(self):
         """The worker's key (it prints it, for this test) reaches neither the driver's own
         messages nor the event log, in any spelling; the registration itself is logged."""
-        self.c.node("ha")
-        self.c.node("hb")
-        self.set_hosts(("ha", 1))
-        self.start(25, "--verbose", env={"TRAIN_PRINT_KEY": "1"})
-        self.read_until(self.committed(5), 90, "step 5's commit")
+        self.train_until_commit(25, ("ha",), "--verbose", agents=("ha", "hb"), commit=5,
+                                env={"TRAIN_PRINT_KEY": "1"})
         self.set_hosts(("ha", 1), ("hb", 1))  # a notification is sent with that key
         rc, text, err = self.finish()
         self.check(text, err, 25, 2, rc_got=rc)
