@@ -1372,7 +1372,7 @@ private:
       return fail(fmt::format("no host of generation {} is left to carry the job's state over: "
                               "the training state was lost with the last host of the previous "
                               "generation ({}){}",
-                              released_gen_, fmt::join(released_hosts_, ","), first));
+                              released_gen_, fmt::join(released_hosts(), ","), first));
     }
     if (total < ec_.min_np) {
       wait_for_slots(total);
@@ -1973,7 +1973,6 @@ private:
     if (elastic_ && torch_store_ && gen_.number > 1)
       torch_store_->clear(); // before anyone learns its rank in the new plan
     released_gen_ = gen_.number;
-    released_hosts_ = gen_.hosts();
     released_plan_ = gen_.plan;
     if (elastic_)
       server_->release(gen_.plan);
@@ -2029,6 +2028,15 @@ private:
     registrations_[key] = std::move(*reg.value);
     if (notify_pending_ == gen_.number && !gen_.released && key == released_rank0())
       send_notification();
+  }
+
+  // Host names of the last released plan, in rank order.
+  std::vector<std::string> released_hosts() const {
+    std::vector<std::string> out;
+    for (auto& row : released_plan_)
+      if (std::find(out.begin(), out.end(), row.hostname) == out.end())
+        out.push_back(row.hostname);
+    return out;
   }
 
   // The slot of rank 0 of the last released plan ("" if none).
@@ -2531,7 +2539,6 @@ private:
 
   generation gen_;            // the newest generation (released or forming)
   uint64_t released_gen_ = 0; // the last released one: its ranks hold the job's state
-  std::vector<std::string> released_hosts_;
   std::vector<slot_info> released_plan_;
   // Horovod's worker notification services by slot, and a change not yet told
   std::map<std::string, worker_registration> registrations_;
