@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <vector>
 
 #include <caf/openssl/all.hpp>
+#include <fmt/format.h>
 
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
@@ -35,6 +37,18 @@ hvd_config::hvd_config() {
   set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/1"});
   // Two scheduler threads fit this kind of machine; more only adds polling.
   set("scheduler.max-threads", size_t{2});
+}
+
+liveness liveness::from_seconds(double seconds) {
+  if (!(seconds >= 1 && seconds <= 3600))
+    throw std::invalid_argument(fmt::format(
+        "--link-timeout {}: give the seconds of silence after which a driver/agent link "
+        "counts as dead, from 1 to 3600 (default {})",
+        seconds, default_seconds));
+  liveness l;
+  l.timeout = std::chrono::milliseconds(static_cast<long>(seconds * 1000));
+  l.heartbeat = std::min(std::chrono::milliseconds{500}, l.timeout / 6);
+  return l;
 }
 
 void hvd_config::enable_network(const liveness& l, const cluster_credentials* creds) {

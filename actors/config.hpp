@@ -25,10 +25,17 @@ struct node_settings {
 };
 
 /// Liveness of the links between driver and node agents; both ends must send heartbeats
-/// (CAF 0.17 has them off by default and drops idle peers that send none).
+/// (CAF 0.17 has them off by default and drops idle peers that send none). A link is
+/// dead after `timeout` without a byte from its peer. CAF checks that on its own timer
+/// and does not allow for its own process having been paused (a loaded or stolen-from
+/// VM, seen here at over 3 s), so the default is a margin above such pauses, not the
+/// fastest detection: a peer that dies is seen at once anyway (its socket closes).
 struct liveness {
   std::chrono::milliseconds heartbeat{500};
-  std::chrono::milliseconds timeout{3000};
+  std::chrono::milliseconds timeout{10000};
+  /// `--link-timeout SECONDS`: in [1, 3600]; heartbeats every timeout/6, at most 0.5 s.
+  static liveness from_seconds(double seconds);
+  static constexpr double default_seconds = 10;
 };
 
 class hvd_config : public caf::actor_system_config {

@@ -313,6 +313,7 @@ int run_node(int argc, char** argv) {
   int port = default_node_port;
   std::string name, bind, cluster, gpus;
   int slots = 0;
+  double link_timeout = liveness::default_seconds;
   desc.add_options()("help,h", "show this help")(
       "port,p", po::value(&port)->default_value(default_node_port),
       "TCP port to listen on")("name", po::value(&name),
@@ -325,6 +326,9 @@ int run_node(int argc, char** argv) {
                                     "address to listen on; default: every interface")(
       "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
       "insecure", "admit any driver without TLS (trusted networks only)")(
+      "link-timeout", po::value(&link_timeout)->default_value(liveness::default_seconds),
+      "seconds without a byte from a driver before its link counts as dead and its jobs' "
+      "ranks are stopped (heartbeats keep idle links alive)")(
       "exit-on-stdin-eof",
       "stop (as on SIGTERM) when stdin ends: an agent started over ssh for one job ends "
       "with the session that started it");
@@ -357,6 +361,12 @@ int run_node(int argc, char** argv) {
     inventory = detect_gpus();
   }
 
+  liveness link;
+  try {
+    link = liveness::from_seconds(link_timeout);
+  } catch (const std::exception& e) {
+    throw usage_error(e.what());
+  }
   auto creds = credentials_for(vm, cluster, cert_role::node);
 
   block_termination_signals();
@@ -370,7 +380,7 @@ int run_node(int argc, char** argv) {
   cfg.node->shim = shim_path();
   cfg.node->gpus = std::make_shared<gpu_pool>(inventory.devices);
   cfg.node->gpu_source = inventory.source;
-  cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
+  cfg.enable_network(link, creds ? &*creds : nullptr);
   caf::actor_system sys{cfg};
   cfg.node->guardian = spawn_guardian(sys);
   caf::expected<uint16_t> opened{caf::sec::runtime_error};
@@ -461,7 +471,7 @@ struct job_options {
   po::options_description desc;    // everything the parser knows
   po::options_description visible; // what --help shows
   int np = 0;
-  double start_timeout = 30, kill_grace = 5;
+  double start_timeout = 30, kill_grace = 5, link_timeout = liveness::default_seconds;
   std::string output_dir, hosts, hostfile, nics, cluster, torch_store = "auto";
   std::vector<std::string> env;
   std::vector<std::string> command;
@@ -528,7 +538,11 @@ struct job_options {
     if (with_hosts)
       hosts_opts.add_options()("cluster-dir", po::value(&cluster),
                                "the cluster's credentials (see 'caf-hvd cluster init')")(
-          "insecure", "talk to node agents without TLS (trusted networks only)");
+          "insecure", "talk to node agents without TLS (trusted networks only)")(
+          "link-timeout", po::value(&link_timeout)->default_value(liveness::default_seconds),
+          "seconds without a byte from a node agent before it counts as lost (hung or "
+          "unreachable; an agent that dies is seen at once); agents started by --launcher "
+          "get the same");
     output.add_options()(
         "output-filename", po::value(&output_dir),
         "also write each slot's output to DIR/HOST:LOCAL_RANK/{stdout,stderr}, with DIR/rank.N "
@@ -753,6 +767,7 @@ ssh_options launcher_options(const job_options& o, const job_config& job,
   so.cluster_dir = creds ? creds->dir : std::string{};
   so.shim = shim_path();
   so.timeout = job.start_timeout;
+  so.link_timeout = o.link_timeout;
   return so;
 }
 
@@ -981,6 +996,11 @@ int run_job(int argc, char** argv, bool embedded) {
     throw usage_error("--start-timeout must be a positive number of seconds");
   if (!(o.kill_grace >= 0))
     throw usage_error("--kill-grace-seconds must not be negative");
+  try {
+    liveness::from_seconds(o.link_timeout);
+  } catch (const std::exception& e) {
+    throw usage_error(e.what());
+  }
   for (auto& kv : o.env) {
     try {
       parse_env_assignment(kv);
@@ -1132,7 +1152,7 @@ int run_job(int argc, char** argv, bool embedded) {
       cfg.node->gpu_source = local_inventory->source;
     }
   } else {
-    cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
+    cfg.enable_network(liveness::from_seconds(o.link_timeout), creds ? &*creds : nullptr);
   }
   caf::actor_system sys{cfg};
   if (embedded)

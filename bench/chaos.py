@@ -214,7 +214,10 @@ class Soak:
         cmd = ["ip", "netns", "exec", self.bridge_ns, CAF_HVD, "driver",
                "--host-discovery-script", self.script, "--discovery-interval", "0.2",
                "--min-np", "1", "--max-np", str(2 * self.a.hosts), "--elastic-timeout", "10",
-               "--start-timeout", "15", "--kill-grace-seconds", "1", "--", ALLREDUCE,
+               "--start-timeout", "15", "--kill-grace-seconds", "1",
+               # 3 s, not the default 10: agent pauses and link cuts of 1-4 s must
+               # still cost hosts, so the loss paths stay exercised
+               "--link-timeout", "3", "--", ALLREDUCE,
                "--elastic", "--steps", str(steps), "--step-ms", "20"]
         t0 = time.monotonic()
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

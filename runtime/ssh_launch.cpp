@@ -47,6 +47,10 @@ std::string agent_command(const ssh_options& o, const ssh_host& h) {
     args.push_back("--cluster-dir");
     args.push_back(o.cluster_dir);
   }
+  if (o.link_timeout > 0) {
+    args.push_back("--link-timeout");
+    args.push_back(fmt::format("{}", o.link_timeout));
+  }
   std::string line;
   for (auto& a : args)
     line += (line.empty() ? "" : " ") + shell_quote(a);
@@ -252,6 +256,10 @@ srun_agents::srun_agents(const ssh_options& o, const std::vector<std::string>& n
   } else {
     ps.argv.push_back("--cluster-dir");
     ps.argv.push_back(o.cluster_dir);
+  }
+  if (o.link_timeout > 0) {
+    ps.argv.push_back("--link-timeout");
+    ps.argv.push_back(fmt::format("{}", o.link_timeout));
   }
   ps.env = forwardable_environment(environ);
   error = agent_session::start(step_, std::move(ps));

@@ -21,6 +21,7 @@ struct ssh_options {
   std::string cluster_dir;               // --cluster-dir for the agents ("" = insecure)
   std::string shim;                      // caf-hvd-exec (ties ssh to this process)
   std::chrono::milliseconds timeout{30000};
+  double link_timeout = 0;               // the agents' --link-timeout (0: their default)
   size_t parallel = 64;                  // sessions opened at once
 };
 

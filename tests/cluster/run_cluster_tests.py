@@ -301,8 +301,9 @@ class ClusterTest(unittest.TestCase):
         wait_until(lambda: not pids_matching(f": {self.marker};"), 5, "no rank left")
         del agent
 
-    def test_hung_node_agent_fails_the_job_within_seconds(self):
-        p = self.running_job({"hostA": 1, "frozen": 1}, "--start-timeout", "60")
+    def test_hung_node_agent_fails_the_job_within_its_link_timeout(self):
+        p = self.running_job({"hostA": 1, "frozen": 1}, "--start-timeout", "60",
+                             "--link-timeout", "3")
         frozen = self.c.nodes["frozen"][0]
         os.kill(frozen.pid, signal.SIGSTOP)
         try:
@@ -315,6 +316,48 @@ class ClusterTest(unittest.TestCase):
             os.kill(frozen.pid, signal.SIGCONT)
         # Once it runs again, the agent notices the driver is gone and stops its rank.
         self.assert_no_ranks_left(timeout=10)
+
+    def test_agent_paused_for_less_than_the_link_timeout_is_not_lost(self):
+        """A loaded or stolen-from machine can pause a process for seconds; an agent
+        silent for less than --link-timeout (default 10 s) keeps its job, on both ends:
+        the driver keeps the agent and the agent keeps the driver."""
+        for name in ("hostA", "paused"):
+            self.c.node(name)
+        spec = f"{self.c.spec('hostA', 1)},{self.c.spec('paused', 1)}"
+        p = self.c.start(["driver", "-np", "2", "-H", spec, "--",
+                          "sh", "-c", f"sleep 8.{self.marker}; echo done"])
+        wait_until(lambda: len(pids_matching(f"sleep 8.{self.marker}", prefix=True)) == 2, 10,
+                   "both ranks to run")
+        paused = self.c.nodes["paused"][0]
+        os.kill(paused.pid, signal.SIGSTOP)
+        try:
+            time.sleep(4.5)  # above the 3 s that counted as lost before --link-timeout
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertNotIn("lost", err)
+        self.assertEqual(sorted(rank_lines(out)), [0, 1], out)
+        self.assertEqual(paused.poll(), None, "the paused agent must still run")
+
+    def test_driver_paused_for_longer_than_the_agents_link_timeout(self):
+        """The agents' own --link-timeout: a driver stopped (Ctrl-Z) for longer counts
+        as dead and the agent stops that job's ranks."""
+        self.c.node("short", extra=["--link-timeout", "2"])
+        p = self.c.start(["driver", "-np", "1", "-H", self.c.spec("short", 1), "--"]
+                         + self.sleeper())
+        wait_until(lambda: len(self.sleeping()) == 1, 10, "the rank to run")
+        os.kill(p.pid, signal.SIGSTOP)
+        try:
+            # the stopped driver's own command line names the rank's command too
+            wait_until(lambda: not self.sleeping(), 10, "the agent to stop the rank")
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
+        _, err = p.communicate(timeout=20)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("node short", err)
+        self.assertIn("driver lost; stopping its 1 ranks",
+                      self.c.nodes["short"][0].stdout.readline())
 
     def test_driver_killed_agents_stop_the_job_and_stay_up(self):
         p = self.running_job({"hostA": 1, "hostB": 1})

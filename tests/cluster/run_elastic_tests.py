@@ -207,7 +207,7 @@ class ElasticTest(unittest.TestCase):
         self.c.node("ha")
         self.c.node("hb")
         self.set_hosts(("ha", 1), ("hb", 1))
-        self.start("--min-np", "1", steps=400)
+        self.start("--min-np", "1", "--link-timeout", "3", steps=400)
         self.wait_for_step(10)
         agent = self.c.nodes["hb"][0]
         os.kill(agent.pid, signal.SIGSTOP)

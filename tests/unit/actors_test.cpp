@@ -3,6 +3,8 @@
 
 #include <caf/scheduler/test_coordinator.hpp>
 
+#include <cmath>
+
 #include "actors/config.hpp"
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
@@ -148,4 +150,17 @@ TEST_CASE("protocol messages survive serialization") {
   CHECK(got.rank == 3);
   CHECK(got.stream == 1);
   CHECK(got.lines == batch.lines);
+}
+
+TEST_CASE("--link-timeout sets CAF's connection timeout and a heartbeat well inside it") {
+  auto d = liveness::from_seconds(liveness::default_seconds);
+  CHECK(d.timeout == std::chrono::milliseconds{10000});
+  CHECK(d.heartbeat == std::chrono::milliseconds{500});
+  auto one = liveness::from_seconds(1);
+  CHECK(one.timeout == std::chrono::milliseconds{1000});
+  CHECK(one.heartbeat == std::chrono::milliseconds{166});
+  CHECK(liveness::from_seconds(2.5).timeout == std::chrono::milliseconds{2500});
+  for (double bad : {0.0, 0.5, -3.0, 3601.0, std::nan("")})
+    CHECK_THROWS_WITH_AS(liveness::from_seconds(bad),
+                         doctest::Contains("--link-timeout"), std::invalid_argument);
 }

@@ -24,6 +24,9 @@ TEST_CASE("an agent for one job: port 0, named, bound, tied to its session") {
            "--cluster-dir /shared/cluster");
   o.cluster_dir.clear();
   CHECK(agent_command(o, {"h1", "h1", "10.0.0.1"}).find("--insecure") != std::string::npos);
+  // the driver's --link-timeout reaches the agents it starts
+  o.link_timeout = 2.5;
+  CHECK(agent_command(o, {"h1", "h1", "10.0.0.1"}).find(" --link-timeout 2.5") != std::string::npos);
 }
 
 TEST_CASE("the agent's port comes from its first line") {
