@@ -5,6 +5,7 @@ what the job did. Run by `meson test`; prints a closing 'N passed, N failed' lin
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -60,6 +61,30 @@ def replay(events):
     return state
 
 
+def parse_page(html):
+    """The timeline page's structure: lanes in order, each with its bars (class, label,
+    x, width, hover text); markers (kind, words, x); generation labels; table rows."""
+    page = {"lanes": [], "bars": {}, "markers": [], "generations": [], "tables": {}}
+    for lane in re.findall(r'<g class="lane">(.*?)\n</g>', html, re.S):
+        name = re.match(r'<text x="4" y="[\d.]+">([^<]*)</text>', lane).group(1)
+        page["lanes"].append(name)
+        page["bars"][name] = [
+            {"cls": m[0], "x": float(m[1]), "w": float(m[2]), "label": m[3], "title": m[4]}
+            for m in re.findall(r'<g class="bar (\w+)"><rect x="([\d.]+)" y="[\d.]+" '
+                                r'width="([\d.]+)"[^>]*/>(?:<text[^>]*>([^<]*)</text>)?'
+                                r'<title>([^<]*)</title>', lane)]
+    page["markers"] = [{"kind": m[0], "x": float(m[1]), "text": m[2]}
+                       for m in re.findall(r'<g class="marker (\w+)"><line x1="([\d.]+)"[^>]*/>'
+                                           r'<text[^>]*>([^<]*)</text>', html)]
+    page["generations"] = re.findall(r'<g class="generation">.*?<title>([^<]*)</title>', html)
+    for table in ("hosts", "generations", "processes"):
+        body = re.search(rf'<table class="{table}">(.*?)</table>', html, re.S).group(1)
+        page["tables"][table] = [re.findall(r"<td>([^<]*)</td>", row)
+                                 for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body)][1:]
+    page["exit"] = re.search(r'<p class="exit">([^<]*)</p>', html).group(1)
+    return page
+
+
 class EventTest(unittest.TestCase):
     def setUp(self):
         self.c = Cluster()
@@ -78,13 +103,18 @@ class EventTest(unittest.TestCase):
             rc, _, err = self.c.run(["timeline", self.log, "-o", out])
             self.assertEqual(rc, 0, err)
         with open(trace) as f:
-            names = {e["args"]["name"] for e in json.load(f)["traceEvents"] if e["ph"] == "M"}
+            names = {e["args"]["name"] for e in json.load(f)["traceEvents"]
+                     if e["name"] == "thread_name"}
         with open(page) as f:
             html = f.read()
         for lane in lanes:
             self.assertIn(lane, names)
             self.assertIn(f">{lane}<", html)
+        # plain words everywhere: no JSON lists or objects printed into the page
+        self.assertNotRegex(html, r'\[&quot;|\["|\{&quot;')
+        self.assertIn('class="legend"', html)
         self.screenshot(page)
+        return parse_page(html)
 
     def screenshot(self, page):
         """The page in a real browser: not blank (skipped without Chromium)."""
