@@ -3,10 +3,13 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "actors/protocol.hpp"
 #include "runtime/elastic.hpp"
@@ -51,6 +54,8 @@ struct job_config {
   bool quiet = false; // --quiet: no closing summary
   bool prefix_timestamp = false; // --prefix-output-with-timestamp
   std::string events_file;        // --events: the job's event log (JSON lines)
+  // --dashboard: every event is also handed here (on the job actor's thread)
+  std::function<void(const nlohmann::json&)> event_observer;
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
   torch_store_mode torch_store = torch_store_mode::automatic;
   std::optional<elastic_config> elastic; // set: hosts come from discovery, not `hosts`

@@ -163,6 +163,8 @@ public:
         say("warning: {}", e.what());
       }
     }
+    if (job_.event_observer)
+      events_.observe(job_.event_observer);
     nlohmann::json start{
         {"kind", elastic_ ? "elastic" : "static"}, {"command", job_.command}, {"np", job_.np}};
     if (elastic_) {
@@ -511,28 +513,47 @@ private:
   void summarize(int code) {
     if (job_.quiet)
       return;
-    std::vector<std::string> used, black;
-    for (auto& ep : order_.empty() ? listed_order_ : order_)
-      if (auto& h = hosts_.at(ep); !h.info.name.empty())
-        used.push_back(h.info.name);
+    // every host that was ever ready, with how it ended where it did not last
+    std::vector<std::string> used, black, names = used_hosts_;
+    { // in the job's host order: -H, or the order discovery first listed them in
+      std::vector<std::string> job_order;
+      for (auto& ep : elastic_ ? ever_listed_ : order_)
+        if (auto it = hosts_.find(ep); it != hosts_.end())
+          job_order.push_back(it->second.info.name);
+      std::stable_sort(names.begin(), names.end(), [&](auto& a, auto& b) {
+        return std::find(job_order.begin(), job_order.end(), a)
+               < std::find(job_order.begin(), job_order.end(), b);
+      });
+    }
+    for (auto& name : names) {
+      auto& end = host_end_.at(name);
+      used.push_back(end.empty() ? name : fmt::format("{} {}", name, end));
+    }
     for (auto& [ep, h] : hosts_)
       if (h.blacklisted)
         black.push_back(h.info.name.empty() ? ep : h.info.name);
-    std::map<std::string, int> ends;
+    auto ends = process_ends_;
+    for (auto& [id, s] : slots_)
+      if (s.launching && s.exit_code < 0)
+        ++ends["no exit seen"]; // still running, or lost with its host
     size_t processes = 0;
-    for (auto& [id, s] : slots_) {
-      if (!s.launching && s.exit_code < 0)
-        continue; // a fresh slot whose plan was never released: no process ran
-      ++processes;
-      ++ends[s.exit_code < 0    ? std::string{"no exit seen"}
-             : s.exit_code == 0 ? std::string{"exit 0"}
-                                : fmt::format("code {}", s.exit_code)];
-    }
+    for (auto& [what, n] : ends)
+      processes += static_cast<size_t>(n);
     std::vector<std::string> end_text, phases;
     for (auto& [what, n] : ends)
       end_text.push_back(fmt::format("{} x {}", n, what));
-    for (auto& [p, ms] : phase_ms_)
-      phases.push_back(fmt::format("{} {:.1f}", p, ms));
+    if (elastic_) {
+      // an elastic job's time per generation: from its forming to the next one's
+      for (size_t i = 0; i < gen_formed_.size(); ++i) {
+        auto until = i + 1 < gen_formed_.size() ? gen_formed_[i + 1].second : clock_type::now();
+        phases.push_back(fmt::format(
+            "generation {} {:.1f}", gen_formed_[i].first,
+            std::chrono::duration<double, std::milli>(until - gen_formed_[i].second).count()));
+      }
+    } else {
+      for (auto& [p, ms] : phase_ms_)
+        phases.push_back(fmt::format("{} {:.1f}", p, ms));
+    }
     std::string text = fmt::format(
         "caf-hvd: summary: exit {}{}\n"
         "caf-hvd:   hosts        {} ({})\n"
@@ -631,6 +652,8 @@ private:
     for (auto& spec : specs) {
       auto ep = spec.endpoint();
       listed_order_.push_back(ep);
+      if (std::find(ever_listed_.begin(), ever_listed_.end(), ep) == ever_listed_.end())
+        ever_listed_.push_back(ep);
       auto it = hosts_.find(ep);
       if (it == hosts_.end()) {
         ehost h;
@@ -735,6 +758,8 @@ private:
       h.planned = n;
       hosts_.emplace(ep, std::move(h));
       listed_order_.push_back(ep);
+      if (std::find(ever_listed_.begin(), ever_listed_.end(), ep) == ever_listed_.end())
+        ever_listed_.push_back(ep);
     }
     delayed_send(this, job_.start_timeout, deadline_atom::value, uint32_t{dl_start});
     for (auto& ep : listed_order_) {
@@ -1233,6 +1258,9 @@ private:
     h.last_warning.clear();
     log("host {} ready: {} slots, interfaces {}, reached at {}", h.label(), h.slots(),
         fmt::join(h.nics, ","), h.reach_address);
+    if (!host_end_.count(h.info.name))
+      used_hosts_.push_back(h.info.name);
+    host_end_[h.info.name] = "";
     events_.emit("host.ready", {{"host", h.info.name},
                                 {"endpoint", job_.embedded ? std::string{"localhost"} : ep},
                                 {"address", h.reach_address},
@@ -1511,6 +1539,10 @@ private:
                             std::count_if(gen_.plan.begin(), gen_.plan.end(),
                                           [&](auto& s) { return s.hostname == h.hostname; }));
     link_rank_outputs();
+    gen_formed_.emplace_back(gen_.number, clock_type::now());
+    for (auto& r : removed)
+      if (auto it = host_end_.find(r); it != host_end_.end() && it->second.empty())
+        it->second = "removed";
     if (!elastic_)
       phase("launch");
     if (events_.enabled()) { // per-rank contexts are built only for a log that is written
@@ -2104,6 +2136,8 @@ private:
     exit_status st{ex.code, ex.signal, ex.exec_error};
     auto how = describe_exit(st, ex.stopped_by);
     s->exit_code = st.launcher_code();
+    ++process_ends_[s->exit_code == 0 ? std::string{"exit 0"}
+                                      : fmt::format("code {}", s->exit_code)];
     log("rank {} on {} ended: {}", s->rank, s->key, how);
     if (executor())
       fail_calls(*s, loss_cause(*s, how));
@@ -2200,6 +2234,8 @@ private:
       return;
     h.blacklisted = true;
     ++h.failures;
+    if (auto it = host_end_.find(h.info.name); it != host_end_.end() && it->second.empty())
+      it->second = "blacklisted"; // a lost host stays "lost" (the blacklist line names it)
     if (ec_.cooldown) {
       auto delay = cooldown_delay(*ec_.cooldown, h.failures,
                                   std::uniform_real_distribution<double>(0, 1)(rng_));
@@ -2248,6 +2284,8 @@ private:
       bool was_ready = h.st == ehost::status::ready;
       h.st = ehost::status::lost;
       events_.emit("host.lost", {{"host", h.info.name.empty() ? ep : h.info.name}, {"cause", why}});
+      if (host_end_.count(h.info.name))
+        host_end_[h.info.name] = "lost";
       h.colocator = nullptr;
       bool had_ranks = false;
       for (auto& [id, s] : slots_) {
@@ -2521,6 +2559,12 @@ private:
   std::string phase_;                                    // static: the phase in the event log
   clock_type::time_point phase_at_;                      // ... since
   std::vector<std::pair<std::string, double>> phase_ms_; // finished phases (summary)
+  // the closing summary: every host the job used (first ready first) and how it ended
+  // ("" = to the end), when each generation formed, how every process ended
+  std::vector<std::string> used_hosts_;
+  std::map<std::string, std::string> host_end_;
+  std::vector<std::pair<uint64_t, clock_type::time_point>> gen_formed_;
+  std::map<std::string, int> process_ends_;
   std::vector<std::string> last_listed_;                 // the discovery output last logged
   int master_port_ = 0;                 // --torch-store off: this generation's MASTER_PORT
   std::vector<uint32_t> awaiting_port_; // slots whose launch waits for it
@@ -2528,6 +2572,7 @@ private:
 
   std::map<std::string, ehost> hosts_;      // by endpoint
   std::vector<std::string> listed_order_;   // endpoints in the latest discovery output's order
+  std::vector<std::string> ever_listed_;    // every endpoint ever listed, first listing first
   std::vector<std::string> order_;          // available endpoints in age order
   std::map<uint32_t, eslot> slots_;         // every slot process by id (workers' "rank")
   std::map<std::string, uint32_t> current_; // slot key -> its latest process

@@ -2,6 +2,7 @@
 // whole job on this machine. This file only parses arguments and starts actor systems.
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
@@ -31,6 +32,7 @@
 #include "runtime/env.hpp"
 #include "runtime/gpu.hpp"
 #include "runtime/host_spec.hpp"
+#include "runtime/dashboard.hpp"
 #include "runtime/timeline.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
@@ -478,7 +480,8 @@ struct job_options {
   // horovodrun's and torchrun's spellings
   int gloo_timeout = 0, cycle_time_ms = 0, cache_capacity = -1;
   double fusion_threshold_mb = -1;
-  std::string log_level, timeline, events;
+  std::string log_level, timeline, events, dashboard;
+  double dashboard_keep = 0;
   // elastic (driver only)
   std::string discovery_script;
   int min_np = 0, max_np = 0, reset_limit = -1, slots_per_host = 0;
@@ -550,7 +553,12 @@ struct job_options {
                                          "prefix every output line with the time it arrived")(
         "events", po::value(&events),
         "write the job's event log to FILE, one JSON object per line (default: "
-        "$CAF_HVD_EVENTS)");
+        "$CAF_HVD_EVENTS)")("dashboard", po::value(&dashboard),
+                            "[ADDR:]PORT: serve the job's live timeline page over HTTP "
+                            "(loopback unless ADDR is given; PORT 0 picks one; the address is "
+                            "printed at the start)")(
+        "dashboard-keep", po::value(&dashboard_keep)->default_value(0),
+        "seconds to keep serving the final page after the job ended (Ctrl-C ends it sooner)");
     net.add_options()("network-interface", po::value(&nics),
                       "NAME[,NAME...]: use only these interfaces between hosts");
     torch.add_options()(
@@ -929,6 +937,17 @@ int run_job(int argc, char** argv, bool embedded) {
     ::close(fd);
     job.events_file = o.events;
   }
+  if (!(o.dashboard_keep >= 0 && o.dashboard_keep <= 86400))
+    throw usage_error("--dashboard-keep: give seconds from 0 to 86400");
+  if (vm.count("dashboard-keep") && !vm["dashboard-keep"].defaulted() && o.dashboard.empty())
+    throw usage_error("--dashboard-keep needs --dashboard");
+  if (!o.dashboard.empty()) {
+    try {
+      parse_dashboard_address(o.dashboard);
+    } catch (const std::exception& e) {
+      throw usage_error(e.what());
+    }
+  }
   if (vm.count("executor-fd")) {
     struct stat st {};
     if (o.executor_fd < 0 || ::fstat(o.executor_fd, &st) != 0)
@@ -1142,6 +1161,31 @@ int run_job(int argc, char** argv, bool embedded) {
     }
   }
 
+  // The live view listens before anything starts, so a port in use fails the job early;
+  // its thread starts with the termination signals blocked (they go to the signal
+  // thread below, never to a thread that would die of them).
+  block_termination_signals();
+  std::unique_ptr<dashboard> live;
+  if (!o.dashboard.empty()) {
+    auto [addr, port] = parse_dashboard_address(o.dashboard);
+    try {
+      live = std::make_unique<dashboard>(dashboard_options{
+          addr, port, fmt::format("caf-hvd job: {}", fmt::join(job.command, " ")), 2});
+    } catch (const std::exception& e) {
+      std::cerr << fmt::format("caf-hvd: error: --dashboard {}: {}\n", o.dashboard, e.what());
+      return 1;
+    }
+    if (!dashboard_is_loopback(addr))
+      std::cerr << fmt::format(
+          "caf-hvd: WARNING: the dashboard on {}:{} is plain HTTP without authentication: "
+          "anyone who can reach that address sees this job's hosts, command and events\n",
+          addr, live->port());
+    std::cerr << fmt::format("caf-hvd: dashboard at http://{}:{}/\n",
+                             addr.find(':') != std::string::npos ? "[" + addr + "]" : addr,
+                             live->port());
+    job.event_observer = [d = live.get()](const nlohmann::json& e) { d->add(e); };
+  }
+
   block_termination_signals();
   hvd_config cfg;
   if (embedded) {
@@ -1181,6 +1225,15 @@ int run_job(int argc, char** argv, bool embedded) {
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
   flush_output(); // every line the ranks wrote, however slowly stdout drains
+  if (live && o.dashboard_keep > 0) {
+    std::cerr << fmt::format("caf-hvd: the dashboard keeps the final page for {} s (Ctrl-C "
+                             "ends it sooner)\n",
+                             o.dashboard_keep);
+    auto set = termination_signals();
+    timespec ts{static_cast<time_t>(o.dashboard_keep),
+                static_cast<long>((o.dashboard_keep - std::floor(o.dashboard_keep)) * 1e9)};
+    sigtimedwait(&set, nullptr, &ts);
+  }
   agents.reset(); // agents started for this job end with their ssh sessions
   step.reset();   // ... or with their srun step
   exit_watchdog(result->exit_code);

@@ -27,24 +27,30 @@ event_log::~event_log() {
     ::close(fd_);
 }
 
-event_log::event_log(event_log&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+event_log::event_log(event_log&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), observer_(std::move(other.observer_)) {}
 
 event_log& event_log::operator=(event_log&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0)
       ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    observer_ = std::move(other.observer_);
   }
   return *this;
 }
 
 void event_log::emit(std::string_view name, nlohmann::json context) {
-  if (fd_ < 0)
+  if (!enabled())
     return;
   auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch());
   nlohmann::json ev{{"timestamp", now.count()}, {"name", name}, {"context", std::move(context)}};
-  auto line = ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  write_fully(fd_, line); // a full disk loses events, never the job
+  if (fd_ >= 0) {
+    auto line = ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    write_fully(fd_, line); // a full disk loses events, never the job
+  }
+  if (observer_)
+    observer_(ev);
 }
 
 } // namespace cafhvd

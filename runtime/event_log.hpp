@@ -3,6 +3,7 @@
 // each event happens, so a crashed or killed job leaves every event up to its end.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -22,12 +23,17 @@ public:
   event_log(event_log&& other) noexcept;
   event_log& operator=(event_log&& other) noexcept;
 
-  bool enabled() const { return fd_ >= 0; }
-  /// Appends one event, stamped now, with one write (lines never interleave).
+  bool enabled() const { return fd_ >= 0 || observer_ != nullptr; }
+  /// Appends one event, stamped now, with one write (lines never interleave), and hands
+  /// it to the observer.
   void emit(std::string_view name, nlohmann::json context = nlohmann::json::object());
+  /// Also (or only) hands every event to `f` (the live view); called on the emitting
+  /// thread.
+  void observe(std::function<void(const nlohmann::json&)> f) { observer_ = std::move(f); }
 
 private:
   int fd_ = -1;
+  std::function<void(const nlohmann::json&)> observer_;
 };
 
 } // namespace cafhvd

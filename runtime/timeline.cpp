@@ -186,7 +186,7 @@ std::string seconds(double s) {
 
 class builder {
 public:
-  model build(const std::vector<nlohmann::json>& events) {
+  model build(const std::vector<nlohmann::json>& events, double now) {
     if (events.empty())
       return std::move(m_);
     m_.t0 = events.front().at("timestamp").get<double>();
@@ -194,6 +194,8 @@ public:
     for (auto& e : events)
       on(e.at("timestamp").get<double>(), e.at("name").get_ref<const std::string&>(),
          e.at("context"));
+    if (!m_.exit_code && now > m_.t1)
+      m_.t1 = now; // a live page of a running job: up to now
     finish();
     return std::move(m_);
   }
@@ -208,6 +210,7 @@ private:
   std::map<std::string, process> open_; // slot -> its running process
   std::map<std::string, double> phase_open_;
   std::optional<double> failure_at_;
+  std::set<std::string> failure_causes_;
   std::optional<double> teardown_at_;
   int first_event_order_ = 0;
   std::map<std::string, int> seen_order_;
@@ -324,6 +327,8 @@ private:
       auto& h = host(n, t);
       h.endpoint = str(c, "endpoint");
       name_of_endpoint_[h.endpoint] = n;
+      if (h.up && h.ready) // ready again without a loss seen: close the earlier stretch
+        host_down(n, t, h.ending);
       h.ready = t;
       h.up = true;
       h.ending = "to the end of the job";
@@ -346,7 +351,10 @@ private:
       auto until = cool == c.end() || cool->is_null()
                        ? std::string{"for the rest of the job"}
                        : fmt::format("for {} s", text(*cool));
-      host_down(n, t, fmt::format("blacklisted at {} {}", seconds(rel(t)), until));
+      if (auto& h = host(n, t); !h.up && h.ending.rfind("lost", 0) == 0)
+        h.ending += fmt::format("; blacklisted {}", until);
+      else
+        host_down(n, t, fmt::format("blacklisted at {} {}", seconds(rel(t)), until));
       host_lane(n).bars.push_back(
           {t, t, "blacklisted", fmt::format("{} blacklisted {} after {} failure(s)", n, until,
                                             str(c, "failures")),
@@ -354,7 +362,12 @@ private:
       mark(t, "blacklisted", "blacklisted " + n, until);
     } else if (name == "host.returned") {
       auto n = str(c, "host");
-      host(n, t).ending = fmt::format("cooldown ended at {}", seconds(rel(t)));
+      auto& h = host(n, t);
+      h.ending = "to the end of the job";
+      if (!h.up) { // usable again (its agent stayed connected, or connects again)
+        h.up = true;
+        h.ready = t;
+      }
       mark(t, "returned", "cooldown over: " + n);
     } else if (name == "generation.begin") {
       generation_info g;
@@ -439,7 +452,11 @@ private:
     } else if (name == "failure") {
       if (!failure_at_)
         failure_at_ = t;
-      mark(t, "failure", "failure", str(c, "cause"));
+      auto cause = str(c, "cause");
+      // the failure that ends a job is logged again as what ended it, and ranks the
+      // teardown stopped are logged too: a marker for each failure before the teardown
+      if (failure_causes_.insert(cause).second && !teardown_at_)
+        mark(t, "failure", "failure", cause);
     } else if (name == "job.end") {
       m_.exit_code = integer(c, "code", 0);
       m_.cause = str(c, "cause");
@@ -543,7 +560,9 @@ private:
   }
 };
 
-model build(const std::vector<nlohmann::json>& events) { return builder{}.build(events); }
+model build(const std::vector<nlohmann::json>& events, double now = 0) {
+  return builder{}.build(events, now);
+}
 
 std::string generation_label(const generation_info& g) {
   return fmt::format("generation {}: {} rank{} on {}", g.number, g.size, g.size == 1 ? "" : "s",
@@ -643,7 +662,7 @@ std::vector<nlohmann::json> read_events(std::istream& in, const std::string& nam
 
 std::string timeline_html(const std::vector<nlohmann::json>& events, const std::string& title,
                           const timeline_options& opts) {
-  auto m = build(events);
+  auto m = build(events, opts.now);
   const double left = 160, width = 1000, lane_h = 24;
   double span = std::max(m.t1 - m.t0, 1e-6);
   auto x = [&](double t) { return left + (t - m.t0) / span * width; };

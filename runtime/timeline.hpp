@@ -26,6 +26,9 @@ struct timeline_options {
   /// > 0: the page reloads itself after this many seconds (the live view of a job that
   /// is still running); the page says whether the job has ended.
   int refresh_seconds = 0;
+  /// > 0 (seconds since the epoch): a live page's "now"; until the job has ended, the
+  /// picture runs to it (running processes grow) rather than to the last event.
+  double now = 0;
 };
 
 /// The page: no scripts, no network access, everything inline.

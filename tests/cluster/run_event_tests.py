@@ -8,11 +8,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Cluster, pid_with_env, rank_lines, run_suite, wait_until  # noqa: E402
@@ -183,7 +186,19 @@ class EventTest(unittest.TestCase):
         state = replay(ev)
         self.assertEqual(state["exit_code"], 4)
         self.assertIn("rank 1 on host eb ended with exit code 4", state["failures"][0])
-        self.draw(["job", "host ea", "host eb", "slot ea:0", "slot eb:0"])
+        page = self.draw(["job", "host ea", "host eb", "slot ea:0", "slot eb:0"])
+        self.assertEqual(page["lanes"], ["job", "host ea", "host eb", "slot ea:0", "slot eb:0"])
+        # the failing rank red, the one the launcher stopped orange, not both "failed"
+        self.assertEqual([b["cls"] for b in page["bars"]["slot eb:0"]], ["failed"])
+        self.assertEqual([b["cls"] for b in page["bars"]["slot ea:0"]], ["stopped"])
+        self.assertIn("exit code 4", page["bars"]["slot eb:0"][0]["title"])
+        self.assertEqual([m["text"] for m in page["markers"]], ["failure"])
+        self.assertEqual([b["title"].split(":")[0] for b in page["bars"]["job"]],
+                         ["connect", "nic", "launch", "run", "teardown"])
+        self.assertTrue(page["exit"].startswith("exit 4: rank 1 on host eb"), page["exit"])
+        self.assertEqual(sorted(map(tuple, page["tables"]["processes"])),
+                         [("failed (non-zero exit, signal, or could not start)", "1"),
+                          ("stopped by the launcher (the job was ending)", "1")])
 
     def test_elastic_job_with_a_failure_and_a_join(self):
         hosts = os.path.join(self.dir, "hosts")
@@ -236,7 +251,198 @@ class EventTest(unittest.TestCase):
         self.assertEqual(state["plan"], {0: ("xa", 0), 1: ("xc", 0)})
         self.assertEqual(sorted(r["code"] for s, r in state["ranks"].items()
                                 if s in ("xa:0", "xc:0")), [0, 0])
-        self.draw(["host xa", "host xb", "host xc", "slot xa:0", "slot xb:0", "slot xc:0"])
+        page = self.draw(["host xa", "host xb", "host xc", "slot xa:0", "slot xb:0",
+                          "slot xc:0"])
+        self.assertEqual(page["lanes"][:4], ["job", "host xa", "host xb", "host xc"])
+        self.assertEqual(page["bars"]["host xb"][-1]["cls"], "blacklisted")
+        texts = [m["text"] for m in page["markers"]]
+        self.assertIn("blacklisted xb", texts)
+        self.assertIn("join: xc", texts)
+        self.assertIn("generation 3 released", texts)
+        self.assertEqual(page["generations"],
+                         ["generation 1: 2 ranks on xa, xb", "generation 2: 1 rank on xa",
+                          "generation 3: 2 ranks on xa, xc"])
+        job = [b["cls"] for b in page["bars"]["job"]]
+        self.assertEqual(job[0], "waiting")
+        for stretch in ("barrier", "running"):
+            self.assertIn(stretch, job)
+        self.assertEqual(page["bars"]["slot xb:0"][-1]["cls"], "failed")
+        hosts = {row[0]: row[3] for row in page["tables"]["hosts"]}
+        self.assertTrue(hosts["xb"].startswith("blacklisted at "), hosts)
+        self.assertEqual(hosts["xc"], "to the end of the job")
+        self.assertEqual([row[0] for row in page["tables"]["generations"]], ["1", "2", "3"])
+        self.assertEqual(page["exit"], "exit 0")
+        # the closing summary: every host the job used, and its time per generation
+        self.assertIn("hosts        3 (xa, xb blacklisted, xc)", err)
+        self.assertRegex(err, r"time +[\d.]+ ms \(generation 1 [\d.]+, generation 2 [\d.]+, "
+                              r"generation 3 [\d.]+ ms\)")
+
+    def elastic_hosts(self, names):
+        """A discovery script listing `names` (in that order); returns (script, set_hosts)."""
+        hosts = os.path.join(self.dir, "hosts")
+        script = os.path.join(self.dir, "discover.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {hosts}\n")
+        os.chmod(script, stat.S_IRWXU)
+        for n in names:
+            self.c.node(n)
+
+        def set_hosts(*listed):
+            with open(hosts + ".tmp", "w") as f:
+                for n in listed:
+                    f.write(f"127.0.0.1:{self.c.nodes[n][1]}:1\n")
+            os.replace(hosts + ".tmp", hosts)
+        return script, set_hosts
+
+    @staticmethod
+    def fetch(url):
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.headers, r.read().decode()
+
+    def test_live_dashboard_and_a_host_lost_after_a_join(self):
+        """The issue's scenario: n2 and n1 train, n0 joins, n1's agent is killed. Watched
+        live through --dashboard, then drawn from the log: n1's slot ends where n1 was
+        lost (drawn as lost), n0's slot shows its rank in each generation, the hosts are
+        in the job's order (not alphabetical), and the summary counts all three hosts."""
+        script, set_hosts = self.elastic_hosts(("n2", "n1", "n0"))
+        set_hosts("n2", "n1")
+        d = self.c.start(["driver", "--host-discovery-script", script, "--discovery-interval",
+                          "0.1", "--min-np", "1", "--events", self.log, "--dashboard", "0",
+                          "--dashboard-keep", "30", ALLREDUCE, "--elastic", "--steps", "600",
+                          "--step-ms", "20"])
+        line = d.stderr.readline()
+        url = re.search(r"dashboard at (http://127\.0\.0\.1:\d+/)", line)
+        self.assertTrue(url, line)
+        url = url.group(1)
+        status, headers, html = self.fetch(url)
+        self.assertEqual(status, 200)
+        self.assertIn("script-src", headers["Content-Security-Policy"].replace(
+            "default-src 'none'", "script-src"))  # default-src 'none' covers scripts
+        self.assertNotIn("<script", html)
+
+        def page_now():
+            return parse_page(self.fetch(url)[2])
+        wait_until(lambda: page_now()["generations"][:1] == ["generation 1: 2 ranks on n2, n1"],
+                   20, "the live page to show generation 1")
+        self.assertIn('http-equiv="refresh"', self.fetch(url)[2])
+        line = ""
+        while "step 5 " not in line:
+            line = d.stdout.readline()
+            self.assertTrue(line, "the job ended early")
+        rest = []  # the ranks' output must keep flowing while the test watches the page
+        reader = threading.Thread(target=lambda: rest.extend(d.stdout), daemon=True)
+        reader.start()
+        set_hosts("n2", "n1", "n0")
+        wait_until(lambda: "generation 2 released" in [m["text"] for m in page_now()["markers"]],
+                   20, "the live page to show generation 2 released")
+        self.assertEqual(page_now()["generations"][1], "generation 2: 3 ranks on n2, n1, n0")
+        # n1 goes once n0's new process trains with it (killed within milliseconds of
+        # the release, n0's process waits out its Gloo timeout before it can vote)
+        try:
+            wait_until(lambda: any(" size 3 sum 3 " in line for line in rest), 20,
+                       "n0's process to train in generation 2")
+        except AssertionError:
+            raise AssertionError("n0 did not train: " + "".join(rest[-20:]))
+        os.kill(self.c.nodes["n1"][0].pid, signal.SIGKILL)
+        try:
+            wait_until(lambda: page_now()["exit"] != "the job has not ended (yet)", 60,
+                       "the final page")
+        except AssertionError:
+            d.kill()
+            raise AssertionError(f"no final page; the driver said:\n{d.communicate()[1]}\n"
+                                 f"its events ended with:\n"
+                                 f"{''.join(open(self.log).readlines()[-6:])}")
+        self.assertEqual(page_now()["exit"], "exit 0")
+        final = self.fetch(url)[2]
+        self.assertNotIn('http-equiv="refresh"', final)  # the final page stays still
+        self.assertIn("ended: exit 0", final)
+        d.send_signal(signal.SIGINT)  # ends --dashboard-keep early
+        err = d.stderr.read()
+        d.wait(timeout=30)
+        reader.join(timeout=10)
+        self.assertEqual(d.returncode, 0, err)
+
+        ev = read_events(self.log)
+        gens = {e["context"]["generation"]: e["context"] for e in ev
+                if e["name"] == "generation.begin"}
+        rank_in = {g: {(p["host"], p["local_rank"]): p["rank"] for p in c["plan"]}
+                   for g, c in gens.items()}
+        page = self.draw(["host n2", "host n1", "host n0", "slot n2:0", "slot n1:0",
+                          "slot n0:0"])
+        self.assertEqual(page["lanes"], ["job", "host n2", "host n1", "host n0", "slot n2:0",
+                                         "slot n1:0", "slot n0:0"])
+        lost = [m for m in page["markers"] if m["text"] == "lost n1"]
+        self.assertEqual(len(lost), 1, page["markers"])
+        n1 = page["bars"]["slot n1:0"][-1]
+        self.assertEqual(n1["cls"], "lost")
+        self.assertAlmostEqual(n1["x"] + n1["w"], lost[0]["x"], delta=1.0)
+        self.assertIn("lost", [b["cls"] for b in page["bars"]["host n1"]])
+        # n0's process lived through generations 2 and 3: a segment for each, with the
+        # rank it had there (the plans say which; they differ)
+        last = max(gens)
+        want = [f"rank {rank_in[2][('n0', 0)]}", f"rank {rank_in[last][('n0', 0)]}"]
+        self.assertNotEqual(want[0], want[1])
+        n0 = page["bars"]["slot n0:0"]
+        # (the label is drawn only where it fits; the hover text always says it)
+        self.assertEqual([b["title"].split(" on ")[0] for b in n0], want, n0)
+        self.assertEqual([b["cls"] for b in n0], ["carried", "ok"])
+        self.assertIn("join: n0", [m["text"] for m in page["markers"]])
+        hosts = {row[0]: row[3] for row in page["tables"]["hosts"]}
+        self.assertTrue(hosts["n1"].startswith("lost at "), hosts)
+        self.assertIn("hosts        3 (n2, n1 lost, n0)", err)
+
+    def test_blacklist_cooldown_on_the_page(self):
+        script, set_hosts = self.elastic_hosts(("ca", "cb"))
+        set_hosts("ca", "cb")
+        d = self.c.start(["driver", "--host-discovery-script", script, "--discovery-interval",
+                          "0.1", "--min-np", "1", "--blacklist-cooldown-range", "1", "1",
+                          "--events", self.log, ALLREDUCE, "--elastic", "--steps", "250",
+                          "--step-ms", "20"])
+        line = ""
+        while "step 5 " not in line:
+            line = d.stdout.readline()
+            self.assertTrue(line, "the job ended early")
+        os.kill(pid_with_env(ALLREDUCE, prefix=True, HOROVOD_HOSTNAME="cb"), signal.SIGKILL)
+        out, err = d.communicate(timeout=60)
+        self.assertEqual(d.returncode, 0, err)
+        self.assertIn('"host.returned"', open(self.log).read(), err)
+        page = self.draw(["host ca", "host cb", "slot ca:0", "slot cb:0"])
+        texts = [m["text"] for m in page["markers"]]
+        self.assertIn("blacklisted cb", texts)
+        self.assertIn("cooldown over: cb", texts)
+        self.assertLess(texts.index("blacklisted cb"), texts.index("cooldown over: cb"))
+        # cb is ready again after its cooldown: a second "ready" stretch on its lane
+        self.assertGreaterEqual([b["cls"] for b in page["bars"]["host cb"]].count("up"), 2)
+
+    def test_dashboard_options(self):
+        rc, _, err = self.c.run(["run", "-np", "1", "--dashboard", "abc", "true"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--dashboard abc: 'abc' is not a port", err)
+        rc, _, err = self.c.run(["run", "-np", "1", "--dashboard", "10.0.0.999:80", "true"])
+        self.assertEqual(rc, 2)
+        self.assertIn("'10.0.0.999' is not an IP address", err)
+        rc, _, err = self.c.run(["run", "-np", "1", "--dashboard-keep", "5", "true"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--dashboard-keep needs --dashboard", err)
+        # anything but loopback is said to be open to whoever reaches it
+        rc, _, err = self.c.run(["run", "-np", "1", "--dashboard", "0.0.0.0:0", "true"])
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(err, r"WARNING: the dashboard on 0\.0\.0\.0:\d+ is plain HTTP without "
+                              r"authentication")
+        rc, _, err = self.c.run(["run", "-np", "1", "--dashboard", "0", "true"])
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("WARNING", err)
+        # a port in use: an error before anything runs
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            rc, out, err = self.c.run(["run", "-np", "1", "--dashboard", str(port), "echo",
+                                       "ran"])
+        self.assertEqual(rc, 1)
+        self.assertIn(f"--dashboard {port}: the dashboard cannot listen on 127.0.0.1:{port}",
+                      err)
+        self.assertNotIn("ran", out)
 
     def test_closing_summary_and_quiet(self):
         rc, _, err = self.c.run(["run", "-np", "2", "sh", "-c",
