@@ -15,6 +15,7 @@ caf_hvd.train is Ray Train's HorovodTrainer without Ray.
 from caf_hvd._runtime import log
 from caf_hvd.executor import ElasticExecutor, Executor, ExecutorError, WorkerError, find_binary
 from caf_hvd.ray_executor import RayExecutor, RaySettings
+from caf_hvd import data  # noqa: E402,F401 - caf_hvd.data, as ray.data
 
 ElasticRayExecutor = ElasticExecutor
 

@@ -136,6 +136,10 @@ class RayExecutor:
         self.settings = settings
         self._where = {k: getattr(settings, k, None) for k in _HOST_KEYS}
         self._where.update({k: v for k, v in where.items()})
+        if not any(self._where.get(k) for k in ("hosts", "hostfile", "discovery_script")):
+            # an unchanged program runs over node agents when its environment says where
+            self._where["hosts"] = os.environ.get("CAF_HVD_HOSTS") or None
+            self._where["hostfile"] = os.environ.get("CAF_HVD_HOSTFILE") or None
         self.elastic = min_workers is not None
         try:
             settings.elastic = self.elastic  # horovod.ray marks its settings so
