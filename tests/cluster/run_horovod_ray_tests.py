@@ -414,7 +414,7 @@ class TrainerTest(Case):
         h = result.metrics_history
         self.assertEqual([m["epoch"] for m in h], [0, 1, 2, 3])
         self.assertEqual([m["training_iteration"] for m in h], [1, 2, 3, 4])
-        self.assertEqual([m["sum"] for m in h], [3.0, 6.0, 9.0, 12.0])  # 2 ranks x epoch+1
+        self.assertEqual([m["sum"] for m in h], [2.0, 4.0, 6.0, 8.0])  # 2 ranks x epoch+1
         self.assertTrue(all(m["rank"] == 0 for m in h), "rank 0's metrics are the run's")
         self.assertEqual(h[0]["place"], (2, 0, 2, 0))
         self.assertEqual(result.metrics, h[-1])

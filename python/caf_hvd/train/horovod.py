@@ -142,6 +142,10 @@ class HorovodTrainer:
                                     callbacks=[run.on_record])
             done, _ = concurrent.futures.wait(futures,
                                               return_when=concurrent.futures.FIRST_EXCEPTION)
+            if any(f.exception() for f in done):
+                # what caused it may come a moment after its first echo (a peer's
+                # HorovodInternalError before the death of the rank it lost)
+                done, _ = concurrent.futures.wait(futures, timeout=_ROOT_CAUSE_WINDOW)
             errors = [f.exception() for f in futures if f in done and f.exception()]
             return _root_cause(errors) if errors else None
         except (WorkerError, ExecutorError) as e:
@@ -151,15 +155,21 @@ class HorovodTrainer:
             run.settle()
 
 
+_ROOT_CAUSE_WINDOW = 5  # seconds the other ranks' answers are waited for after a failure
+
+
 def _root_cause(errors):
-    """The error that tells what happened: a raise or a death, before 'the group ended'."""
-    for e in errors:
-        if isinstance(e, WorkerError) and e.exc_type:
-            return e
-    for e in errors:
+    """The error that tells what happened: the loop's own raise, then a rank's death,
+    then Horovod's echo of a lost peer, then 'the group ended'."""
+    def kind(e):
+        if isinstance(e, WorkerError) and e.exc_type and e.exc_type != "HorovodInternalError":
+            return 0
         if isinstance(e, WorkerError) and e.cause and "group ended" not in e.cause:
-            return e
-    return errors[0]
+            return 1
+        if isinstance(e, WorkerError) and e.exc_type:
+            return 2
+        return 3
+    return min(errors, key=kind)
 
 
 def _first_line(e):
