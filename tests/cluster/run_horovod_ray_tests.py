@@ -135,7 +135,8 @@ def horovod_ray_executor():
             continue
         args = fn.args.args[1:]  # self or cls
         defaults = [None] * (len(args) - len(fn.args.defaults)) + list(fn.args.defaults)
-        methods[fn.name] = [(a.arg, ast.literal_eval(d) if d is not None else inspect.Parameter.empty)
+        empty = inspect.Parameter.empty
+        methods[fn.name] = [(a.arg, ast.literal_eval(d) if d is not None else empty)
                             for a, d in zip(args, defaults)]
     return methods
 
