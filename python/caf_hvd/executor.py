@@ -350,7 +350,8 @@ class Executor:
     def __init__(self, num_workers=None, num_hosts=None, num_workers_per_host=1,
                  cpus_per_worker=1, use_gpu=False, gpus_per_worker=None, hosts=None,
                  hostfile=None, cluster_dir=None, insecure=False, start_timeout=30,
-                 network_interface=None, *, verbose=False, python=None, caf_hvd=None):
+                 network_interface=None, *, verbose=False, python=None, caf_hvd=None,
+                 extra_args=()):
         gpus = gpus_per_worker if gpus_per_worker is not None else (1 if use_gpu else 0)
         if not isinstance(gpus, int) or gpus < 0:
             raise ValueError(f"gpus_per_worker must be a non-negative integer, not {gpus!r}")
@@ -372,6 +373,7 @@ class Executor:
         self._cpus = cpus_per_worker
         self._gpus = gpus
         self._start_timeout = start_timeout
+        self._extra_args = list(extra_args)
         self._python = python or sys.executable
         self._binary = caf_hvd
         self._job = None
@@ -397,6 +399,7 @@ class Executor:
                              **self._opts)
         if self._gpus:
             args += ["--gpus-per-slot", str(self._gpus)]
+        args += self._extra_args
         args += ["--", self._python, "-m", "caf_hvd.worker"]
         job = _Job(args, _process_env(), boot)
         self._job = job
@@ -508,7 +511,7 @@ class ElasticExecutor:
                  reset_limit=None, cooldown_range=None, elastic_timeout=600, cluster_dir=None,
                  insecure=False, start_timeout=30, network_interface=None, cpus_per_worker=1,
                  slots_per_host=None, discovery_interval=1, use_gpu=False, gpus_per_worker=None,
-                 *, verbose=False, python=None, caf_hvd=None):
+                 *, verbose=False, python=None, caf_hvd=None, extra_args=()):
         if not discovery_script:
             raise ValueError("discovery_script is required: an executable that prints the "
                              "available hosts, one HOST:PORT:SLOTS per line")
@@ -531,6 +534,7 @@ class ElasticExecutor:
         gpus = gpus_per_worker if gpus_per_worker is not None else (1 if use_gpu else 0)
         if gpus:
             self._flags += ["--gpus-per-slot", str(gpus)]
+        self._flags += list(extra_args)  # more caf-hvd flags (the RayExecutor's settings)
         self._opts = dict(hosts=None, hostfile=None, cluster_dir=cluster_dir, insecure=insecure,
                           start_timeout=start_timeout, network_interface=network_interface,
                           verbose=verbose)
