@@ -79,6 +79,7 @@ if ! "${in_tree[@]}" /usr/bin/env DEBIAN_FRONTEND=noninteractive sh -c \
      >>"$log" 2>&1; then
   echo "setup-torch-chroot: installing python3-torch in the trixie tree failed; the last lines of $log:" >&2
   tail -20 "$log" >&2
+  grep -qE "Temporary failure resolving|Could not resolve|Failed to fetch|Unable to connect" "$log" && exit 2
   exit 1
 fi
 version=$("${in_tree[@]}" /usr/bin/python3 -c \
