@@ -92,6 +92,23 @@ std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls,
   return sys.render(e);
 }
 
+bool says_torch_lacks_libuv(const std::string& line) {
+  return line.find("use_libuv was requested") != std::string::npos;
+}
+
+std::string torch_without_libuv_message(int rank) {
+  // torch 2.4+ makes libuv its TCPStore default; its env:// client of an agent's store
+  // (torchrun's or this one) always asks for it, and only the path where rank 0 starts
+  // the store reads USE_LIBUV.
+  return fmt::format(
+      "caf-hvd: error: rank {}'s torch was built without libuv (as Debian's torch 2.6 is): "
+      "under env:// such a torch (2.4 and later) cannot be a client of a launcher's store "
+      "(torchrun's fails alike)\n"
+      "caf-hvd: rerun with --torch-store off: rank 0's torch then starts the store itself, "
+      "and caf-hvd sets USE_LIBUV=0 for it\n",
+      rank);
+}
+
 std::string loopback_name(const node_info& info) {
   for (auto& a : info.interfaces)
     if (a.loopback)

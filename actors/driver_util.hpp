@@ -74,6 +74,13 @@ std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls,
 /// violation (`problem` names where, the client, its dialect and what it sent).
 std::string torch_store_problem_message(const std::string& problem);
 
+/// Whether a rank's output line is torch's refusal to build a store client without
+/// libuv ("use_libuv was requested but PyTorch was build without libuv support").
+bool says_torch_lacks_libuv(const std::string& line);
+
+/// What the driver prints, once, when rank `rank` said so while the job's store served.
+std::string torch_without_libuv_message(int rank);
+
 /// The name of a node's loopback interface ("lo" if it reported none).
 std::string loopback_name(const node_info& info);
 

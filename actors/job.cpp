@@ -2501,6 +2501,15 @@ private:
     if (job_.prefix_timestamp) // horovodrun's format: the arrival time before the tag
       tag = fmt::format("{:%a %b %d %H:%M:%S %Y}{}", fmt::localtime(std::time(nullptr)), tag);
     write_lines(b.stream == 1 ? 2 : 1, b.lines, tag);
+    if (torch_store_ && !libuv_said_ && s)
+      for (auto& line : b.lines)
+        if (says_torch_lacks_libuv(line)) {
+          libuv_said_ = true;
+          write_all(2, torch_without_libuv_message(s->rank));
+          if (job_.torch_store == torch_store_mode::on)
+            fail("the torch store could not serve a client (--torch-store on)");
+          break;
+        }
     if (!s || job_.output_dir.empty())
       return;
     open_outputs(s->key);
@@ -2554,6 +2563,7 @@ private:
   std::unique_ptr<rendezvous_server> server_;
   std::unique_ptr<torch_store_server> torch_store_;
   int store_problems_ = 0;
+  bool libuv_said_ = false; // torch_without_libuv_message was printed
   output_acks output_acks_;
   event_log events_;                                     // --events FILE
   std::string phase_;                                    // static: the phase in the event log

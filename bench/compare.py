@@ -2,7 +2,7 @@
 """caf-hvd side by side with mpirun (Open MPI) and torchrun, on this machine, in one
 invocation, launchers alternated run by run.
 
-usage: bench/compare.py [--runs N] [--build DIR] [--sections 1,2,3,4] [--np 1,2,4,8]
+usage: bench/compare.py [--runs N] [--build DIR] [--sections 1,2,3,4,5] [--np 1,2,4,8]
 
 1. launch overhead: /bin/true on N = 1, 2, 4, 8 ranks. torchrun runs with --no_python
    and Debian's required --redirects 1 --tee 2, once with its default monitor interval
@@ -13,6 +13,10 @@ usage: bench/compare.py [--runs N] [--build DIR] [--sections 1,2,3,4] [--np 1,2,
    rank's exit to the launcher's exit, and the exit code and cause each launcher reports.
 4. elastic recovery: a rank killed mid-loop, time to the next group's first allreduce,
    caf-hvd's elastic driver vs torchrun --max_restarts 1 (bench/elastic.py).
+5. section 2's program with Debian 13's torch 2.6 (built without libuv) in the chroot of
+   scripts/setup-torch-chroot.sh (built the first time, minutes): caf-hvd run
+   --torch-store off (the README's answer for such a torch) vs torchrun from the chroot
+   (with USE_LIBUV=0), when torchrun runs there at all; else the reason it does not.
 
 Needs openmpi-bin and python3-torch (scripts/setup-torch.sh)."""
 
@@ -55,17 +59,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--sections", default="1,2,3,4", help="which sections to run, e.g. 2,4")
+    ap.add_argument("--sections", default="1,2,3,4,5", help="which sections to run, e.g. 2,4")
     ap.add_argument("--np", default="1,2,4,8", help="rank counts for sections 1 and 2")
     a = ap.parse_args()
     caf = os.path.join(a.build, "apps", "caf-hvd")
     mpirun, torchrun = shutil.which("mpirun"), shutil.which("torchrun")
-    if not mpirun or not torchrun:
+    sections = {int(x) for x in a.sections.split(",")}
+    if (sections & {1, 3} and not mpirun) or (sections & {1, 2, 3, 4} and not torchrun):
         sys.exit("needs mpirun (apt-get install openmpi-bin) and torchrun (scripts/setup-torch.sh)")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     tr = [torchrun, "--standalone", "--redirects", "1", "--tee", "2"]
 
-    sections = {int(x) for x in a.sections.split(",")}
     counts = [int(x) for x in a.np.split(",")]
     if 1 in sections:
         launch_overhead(a, caf, mpirun, tr, env, counts)
@@ -79,6 +83,8 @@ def main():
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         import elastic  # noqa: E402  (uses CAF_HVD)
         elastic.recovery_table(a.runs, a.build, heading="## 4.")
+    if 5 in sections:
+        torch_26_program(a, caf, env, counts)
 
 
 def launch_overhead(a, caf, mpirun, tr, env, counts):
@@ -121,6 +127,49 @@ def torch_program(a, caf, tr, env, counts):
         for k in configs:
             print(f"| {k} | {n} | {summary(res[k])} | {ratio:.2f}x |", flush=True)
 
+
+
+def torch_26_program(a, caf, env, counts):
+    print(f"\n## 5. torch 2.6 (Debian 13, chroot): init_process_group(gloo) + one all_reduce, "
+          f"{a.runs} runs (ms)\n")
+    setup = subprocess.run([os.path.join(ROOT, "scripts", "setup-torch-chroot.sh")],
+                           capture_output=True, text=True)
+    if setup.returncode != 0:
+        print(f"not measured: the chroot could not be built: {setup.stderr.strip()[-500:]}")
+        return
+    tree = setup.stdout.strip().splitlines()[-1]
+    bench = os.path.join(ROOT, "bench")
+    in_tree = [os.path.join(ROOT, "scripts", "in-torch-chroot.sh"), tree, "-b", bench, "--"]
+    prog = os.path.join(bench, "torch_allreduce.py")
+    tr = in_tree + ["/usr/bin/torchrun", "--standalone", "--redirects", "1", "--tee", "2",
+                    "--monitor_interval", "0.1"]
+    tr_env = dict(env, USE_LIBUV="0")
+    probe = subprocess.run(tr + ["--nproc_per_node", "1", prog], capture_output=True,
+                           text=True, env=tr_env)
+    torchrun_runs = probe.returncode == 0
+    print("| launcher | N | median | min - max | torchrun / caf-hvd |")
+    print("|---|---|---|---|---|")
+    for n in counts:
+        configs = {"caf-hvd run --torch-store off": [caf, "run", "-np", str(n), "--torch-store",
+                                                     "off", "--", *in_tree, "/usr/bin/python3",
+                                                     prog]}
+        if torchrun_runs:
+            configs["torchrun --monitor_interval 0.1"] = tr + ["--nproc_per_node", str(n), prog]
+        res = {k: [] for k in configs}  # alternated as in section 2, torchrun's env apart
+        for _ in range(a.runs):
+            for k, cmd in configs.items():
+                ms, r = timed(cmd, tr_env if k.startswith("torchrun") else env)
+                if r.returncode != 0:
+                    sys.exit(f"{k} failed: {r.stderr[-800:]}")
+                res[k].append(ms)
+        base = statistics.median(res["caf-hvd run --torch-store off"])
+        for k in configs:
+            ratio = f"{statistics.median(res[k]) / base:.2f}x" if torchrun_runs else "-"
+            print(f"| {k} | {n} | {summary(res[k])} | {ratio} |", flush=True)
+    if not torchrun_runs:
+        errors = [l.strip() for l in (probe.stdout + probe.stderr).splitlines() if "Error" in l]
+        print(f"\ntorchrun from the chroot does not run (USE_LIBUV=0, --standalone, exit "
+              f"{probe.returncode}): {errors[0] if errors else probe.stderr.strip()[-300:]}")
 
 
 def failure_detection(a, caf, mpirun, tr, env):

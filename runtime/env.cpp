@@ -112,6 +112,11 @@ std::vector<std::string> build_rank_env(const rank_env_input& in) {
     // As under torchrun: env:// makes every rank a client of the store at MASTER_PORT.
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
     env["TORCHELASTIC_RESTART_COUNT"] = s(in.restart_count);
+  } else {
+    // Rank 0's torch starts its own store. torch 2.4+ builds it on libuv unless
+    // USE_LIBUV=0, and a torch built without libuv (Debian's) then fails; the other
+    // backend is in every build. The user's or the driver's own value wins.
+    env.emplace("USE_LIBUV", "0");
   }
   std::vector<std::string> out;
   out.reserve(env.size());

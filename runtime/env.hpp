@@ -22,6 +22,7 @@ struct rank_env_input {
   std::string rendezvous_addr;          // HOROVOD_GLOO_RENDEZVOUS_ADDR ("" until the server exists)
   int rendezvous_port = 0;
   bool agent_store = false;       // MASTER_PORT is served by the launcher's torch store
+                                  // (else rank 0 serves it; USE_LIBUV=0 unless given)
   int restart_count = 0;          // TORCHELASTIC_RESTART_COUNT (elastic: the generation index)
   // GPU jobs: the devices this rank sees (CUDA_VISIBLE_DEVICES, PCI bus order), and
   // --cpus-per-slot (OMP_NUM_THREADS); both yield to the user's own values

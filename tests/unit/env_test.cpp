@@ -81,4 +81,15 @@ TEST_CASE("with the launcher's torch store, env:// ranks are all clients of it")
   CHECK(env_lookup(env, "TORCHELASTIC_USE_AGENT_STORE") == "True");
   CHECK(env_lookup(env, "TORCHELASTIC_RESTART_COUNT") == "0");
   CHECK(env_lookup(env, "MASTER_PORT") == "29400");
+  CHECK_FALSE(env_lookup(env, "USE_LIBUV")); // torch's agent-store client ignores it
+}
+
+TEST_CASE("without the launcher's store, rank 0's torch store needs no libuv") {
+  rank_env_input in;
+  CHECK(env_lookup(build_rank_env(in), "USE_LIBUV") == "0");
+  in.base = {"USE_LIBUV=1"};
+  CHECK(env_lookup(build_rank_env(in), "USE_LIBUV") == "1");
+  in.base = {};
+  in.extra = {"USE_LIBUV=1"};
+  CHECK(env_lookup(build_rank_env(in), "USE_LIBUV") == "1");
 }
