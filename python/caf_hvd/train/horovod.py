@@ -160,11 +160,13 @@ _ROOT_CAUSE_WINDOW = 5  # seconds the other ranks' answers are waited for after 
 
 def _root_cause(errors):
     """The error that tells what happened: the loop's own raise, then a rank's death,
-    then Horovod's echo of a lost peer, then 'the group ended'."""
+    then Horovod's echo of a lost peer, then a rank the launcher stopped because
+    another failed, then 'the group ended'."""
     def kind(e):
         if isinstance(e, WorkerError) and e.exc_type and e.exc_type != "HorovodInternalError":
             return 0
-        if isinstance(e, WorkerError) and e.cause and "group ended" not in e.cause:
+        if isinstance(e, WorkerError) and e.cause and "group ended" not in e.cause \
+                and "because the worker group failed" not in e.cause:
             return 1
         if isinstance(e, WorkerError) and e.exc_type:
             return 2
