@@ -323,8 +323,8 @@ int run_node(int argc, char** argv) {
       "slots", po::value(&slots)->default_value(0),
       "ranks this node accepts per job; 0 = no limit (GPU jobs: one per free GPU group)")(
       "gpus", po::value(&gpus),
-      "LIST|none: this node's GPUs as CUDA device indices (e.g. 0,1,2,3); default: detected "
-      "(NVML, else nvidia-smi -L)")("bind", po::value(&bind),
+      "LIST|none|auto: this node's GPUs as CUDA device indices (e.g. 0,1,2,3); auto (or "
+      "empty, the default): detected (NVML, else nvidia-smi -L)")("bind", po::value(&bind),
                                     "address to listen on; default: every interface")(
       "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
       "insecure", "admit any driver without TLS (trusted networks only)")(
@@ -353,7 +353,8 @@ int run_node(int argc, char** argv) {
       throw usage_error(fmt::format("--name '{}': use letters, digits, '.', '-' or '_'", name));
 
   gpu_inventory inventory;
-  if (vm.count("gpus")) {
+  // "auto" and "" are the service's default configuration (an unset value in it).
+  if (vm.count("gpus") && gpus != "auto" && !gpus.empty()) {
     try {
       inventory = {parse_gpu_list(gpus), "--gpus"};
     } catch (const std::exception& e) {

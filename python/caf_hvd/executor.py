@@ -48,20 +48,40 @@ class ExecutorError(RuntimeError):
     """The executor cannot take calls: not started, shut down, or its worker group failed."""
 
 
+def _installed_bindir():
+    """The bindir this copy of the package was installed with by `meson install` (a
+    Debian package, a site's prefix), or None (a checkout, a pip install)."""
+    try:
+        from caf_hvd import _installed
+    except ImportError:
+        return None
+    return _installed.BINDIR
+
+
 def find_binary():
-    """$CAF_HVD, else caf-hvd on PATH, else the project's build directory."""
+    """$CAF_HVD, else the caf-hvd installed with this package, else caf-hvd on PATH, else
+    in /usr/local/bin or /usr/bin, else the project's build directory."""
     env = os.environ.get("CAF_HVD")
     if env:
         return env
+    candidates = []
+    bindir = _installed_bindir()
+    if bindir:
+        candidates.append(os.path.join(bindir, "caf-hvd"))
     found = shutil.which("caf-hvd")
     if found:
-        return found
-    for build in ("build", "build-test"):
-        path = os.path.join(os.path.dirname(_PACKAGE_PARENT), build, "apps", "caf-hvd")
-        if os.access(path, os.X_OK):
+        candidates.append(found)
+    # a pip-installed package with the binaries of a package or `meson install`, run
+    # where PATH is short (services, cron)
+    candidates += ["/usr/local/bin/caf-hvd", "/usr/bin/caf-hvd"]
+    candidates += [os.path.join(os.path.dirname(_PACKAGE_PARENT), build, "apps", "caf-hvd")
+                   for build in ("build", "build-test")]
+    for path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise ExecutorError("cannot find caf-hvd: set $CAF_HVD, put caf-hvd on PATH, or build the "
-                        "project (scripts/setup.sh build)")
+    raise ExecutorError("cannot find caf-hvd: set $CAF_HVD, put caf-hvd on PATH, install it "
+                        "(the Debian package or meson install), or build the project "
+                        "(scripts/setup.sh build)")
 
 
 _live = weakref.WeakSet()
