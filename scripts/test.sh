@@ -3,7 +3,8 @@
 # cluster tests with real node agents and drivers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh build-test -Dwerror=true -Dbuildtype=debugoptimized
+# --prefix=/usr: the package test (tests/cluster/run_package_tests.py) packages this build.
+scripts/setup.sh build-test -Dwerror=true -Dbuildtype=debugoptimized -Dprefix=/usr
 # Debian's Chromium renders the timeline pages in the event tests (they skip, saying so,
 # when it cannot be installed).
 if ! command -v chromium >/dev/null; then

@@ -1,0 +1,198 @@
+"""Runs inside a fresh Debian chroot (tests/cluster/run_package_tests.py starts it in its
+own PID namespace, after apt installed the package's dependencies): installs the package, uses it as a site would
+(a local job, the Python package, the node agent started as caf-hvd-node.service would
+start it, a driver job against it), purges it and checks what is left.
+usage: python3 package_scenario.py DEB PORT
+Prints one line per step; exits 1 with the reason at the first step that fails."""
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+DEB, PORT = sys.argv[1], int(sys.argv[2])
+# Files that may differ after `dpkg -P`: the system user (Debian keeps system users),
+# dpkg's and apt's own records and logs, the admin's credentials under /etc/caf-hvd and
+# this test's own files.
+ALLOWED_LEFT = re.compile(r"^/(etc/(passwd|group|shadow|gshadow)-?|etc/caf-hvd(/.*)?|"
+                          r"var/lib/dpkg/.*|var/log/.*|var/cache/(apt|debconf|ldconfig)/.*|"
+                          r"var/lib/apt/.*|root/.*|tmp/.*)$")
+SKIP_DIRS = ("/proc", "/sys", "/dev", "/run", "/tmp", "/pkg")
+
+
+def step(name):
+    print(f"package scenario: {name}", flush=True)
+
+
+def fail(message):
+    print(f"package scenario: FAILED: {message}", flush=True)
+    sys.exit(1)
+
+
+def run(cmd, timeout=120, env=None, ok=True, **kw):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+    except subprocess.TimeoutExpired:
+        fail(f"{shlex.join(cmd)} did not end within {timeout} s")
+    if ok and p.returncode != 0:
+        fail(f"{shlex.join(cmd)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def tree():
+    files = set()
+    for root, dirs, names in os.walk("/"):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in SKIP_DIRS]
+        for n in dirs + names:
+            files.add(os.path.join(root, n))
+    return files
+
+
+def apt_env():
+    return dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+
+
+def systemd_words(line, env):
+    """ExecStart's words as systemd makes them: ${VAR} is one word, $VAR splits."""
+    words = []
+    for token in shlex.split(line):
+        m = re.fullmatch(r"\$\{(\w+)\}", token)
+        if m:
+            words.append(env.get(m.group(1), ""))
+            continue
+        m = re.fullmatch(r"\$(\w+)", token)
+        if m:
+            words += env.get(m.group(1), "").split()
+            continue
+        if "$" in token:
+            fail(f"ExecStart word {token!r}: this test does not expand it")
+        words.append(token)
+    return words
+
+
+def unit_command(unit_path, default_path):
+    """The agent's command line, user and environment as the unit would start it."""
+    env, user, exec_start = {}, None, None
+    for line in open(unit_path):
+        line = line.strip()
+        if line.startswith("Environment="):
+            for assignment in shlex.split(line[len("Environment="):]):
+                k, _, v = assignment.partition("=")
+                env[k] = v
+        elif line.startswith("EnvironmentFile="):
+            path = line[len("EnvironmentFile="):].lstrip("-")
+            if path != default_path:
+                fail(f"the unit reads {path}, the package installs {default_path}")
+            for l in open(path):
+                l = l.strip()
+                if l and not l.startswith("#"):
+                    k, _, v = l.partition("=")
+                    env[k] = " ".join(shlex.split(v))
+        elif line.startswith("User="):
+            user = line[len("User="):]
+        elif line.startswith("ExecStart="):
+            exec_start = line[len("ExecStart="):]
+    if not exec_start or not user:
+        fail(f"{unit_path} has no ExecStart= or User=")
+    return systemd_words(exec_start, env), user, env
+
+
+def main():
+    before = tree()
+
+    step("dpkg -i")
+    run(["dpkg", "-i", DEB], timeout=300, env=apt_env())
+    for path in ("/usr/bin/caf-hvd", "/usr/bin/caf-hvd-exec", "/usr/bin/caf-hvd-allreduce",
+                 "/lib/systemd/system/caf-hvd-node.service", "/etc/default/caf-hvd-node",
+                 "/usr/share/man/man1/caf-hvd.1.gz", "/usr/share/man/man8/caf-hvd-node.8.gz",
+                 "/usr/lib/python3/dist-packages/caf_hvd/__init__.py", "/var/lib/caf-hvd"):
+        if not os.path.exists(path):
+            fail(f"the package installed no {path}")
+    run(["getent", "passwd", "caf-hvd"])
+
+    step("caf-hvd run -np 2 -- caf-hvd-allreduce")
+    p = run(["caf-hvd", "run", "-np", "2", "--", "caf-hvd-allreduce"], timeout=120)
+    if "caf-hvd-allreduce: all sums correct" not in p.stdout:
+        fail(f"caf-hvd-allreduce printed no result:\n{p.stdout}")
+
+    step("import caf_hvd and an Executor call (no CAF_HVD, no PYTHONPATH)")
+    env = {k: v for k, v in os.environ.items() if k not in ("CAF_HVD", "PYTHONPATH")}
+    code = ("import os, caf_hvd\n"
+            "assert caf_hvd.find_binary() == '/usr/bin/caf-hvd', caf_hvd.find_binary()\n"
+            "ex = caf_hvd.Executor(num_workers=2)\n"
+            "ex.start()\n"
+            "print(ex.run(lambda x: x * int(os.environ['HOROVOD_RANK']) + 1, args=(10,)))\n"
+            "ex.shutdown()\n")
+    p = run(["/usr/bin/python3", "-c", code], timeout=120, env=env, cwd="/")
+    if p.stdout.strip() != "[1, 11]":
+        fail(f"the executor returned {p.stdout.strip()!r}, expected [1, 11]\n{p.stderr}")
+
+    step("credentials for the node and a driver (caf-hvd cluster)")
+    run(["caf-hvd", "cluster", "init", "/root/cluster"])
+    run(["caf-hvd", "cluster", "add-node", "pkgnode", "/root/cluster"])
+    run(["caf-hvd", "cluster", "add-driver", "pkghead", "/root/cluster", "--out", "/root/driver"])
+    run(["install", "-d", "-o", "caf-hvd", "-g", "caf-hvd", "-m", "0700", "/etc/caf-hvd"])
+    run(["cp", "-a", "/root/cluster/issued/pkgnode", "/etc/caf-hvd/cluster"])
+    run(["chown", "-R", "caf-hvd:caf-hvd", "/etc/caf-hvd/cluster"])
+    config = open("/etc/default/caf-hvd-node").read()
+    config = re.sub(r"(?m)^CAF_HVD_NODE_PORT=.*$", f"CAF_HVD_NODE_PORT={PORT}", config)
+    config = re.sub(r"(?m)^CAF_HVD_NODE_NAME=.*$", "CAF_HVD_NODE_NAME=pkgnode", config)
+    open("/etc/default/caf-hvd-node", "w").write(config)
+
+    step("the agent as caf-hvd-node.service starts it")
+    cmd, user, unit_env = unit_command("/lib/systemd/system/caf-hvd-node.service",
+                                       "/etc/default/caf-hvd-node")
+    print("  ExecStart:", shlex.join(cmd), f"(User={user})", flush=True)
+    agent_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/var/lib/caf-hvd",
+                 "LANG": "C.UTF-8", **unit_env}
+    log = open("/tmp/agent.log", "w+")
+    agent = subprocess.Popen(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
+                              "--"] + cmd, env=agent_env, stdout=log, stderr=subprocess.STDOUT,
+                             cwd="/var/lib/caf-hvd")
+    deadline = time.monotonic() + 30
+    while "listening on" not in open("/tmp/agent.log").read():
+        if agent.poll() is not None or time.monotonic() > deadline:
+            fail(f"the agent did not listen within 30 s:\n{open('/tmp/agent.log').read()}")
+        time.sleep(0.2)
+
+    step("a driver job against the agent")
+    p = run(["caf-hvd", "driver", "--cluster-dir", "/root/driver", "-np", "2",
+             "-H", f"127.0.0.1:{PORT}:2", "--", "caf-hvd-allreduce"], timeout=120)
+    if "caf-hvd-allreduce: all sums correct" not in p.stdout:
+        fail(f"the driver job printed no result:\n{p.stdout}")
+    p = run(["caf-hvd", "driver", "--cluster-dir", "/root/driver", "-np", "1",
+             "-H", f"127.0.0.1:{PORT}:2", "--", "sh", "-c", "id -un; echo $HOROVOD_HOSTNAME"],
+            timeout=120)
+    if "caf-hvd" not in p.stdout or "pkgnode" not in p.stdout:
+        fail(f"the rank did not run as caf-hvd on node pkgnode:\n{p.stdout}")
+
+    step("SIGHUP (systemctl reload) reloads, SIGTERM stops the agent")
+    agent.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "SIGHUP: reloaded the credentials" not in open("/tmp/agent.log").read():
+        if time.monotonic() > deadline:
+            fail(f"no reload within 10 s after SIGHUP:\n{open('/tmp/agent.log').read()}")
+        time.sleep(0.2)
+    agent.send_signal(signal.SIGTERM)
+    try:
+        rc = agent.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        fail("the agent did not stop within 60 s of SIGTERM")
+    if rc != 0:
+        fail(f"the agent exited {rc} on SIGTERM:\n{open('/tmp/agent.log').read()}")
+
+    step("dpkg -P caf-hvd leaves nothing behind")
+    run(["dpkg", "-P", "caf-hvd"], timeout=300, env=apt_env())
+    after = tree()
+    left = sorted(f for f in after - before if not ALLOWED_LEFT.match(f))
+    gone = sorted(f for f in before - after if not ALLOWED_LEFT.match(f))
+    if left or gone:
+        fail(f"after dpkg -P: left behind {left}, removed {gone}")
+    step("ok")
+
+
+main()
