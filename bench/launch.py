@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """Launch latency and failure detection of caf-hvd, side by side with mpirun.
 
-usage: bench/launch.py [--runs N] [--caf-hvd PATH] [--no-mpirun]
+usage: bench/launch.py [--runs N] [--caf-hvd PATH] [--no-mpirun] [--import-floor]
 
 Prints one table row per configuration: median and min-max wall time of whole jobs
-running /bin/true (N = 1, 2, 4, 8), for `caf-hvd run`, `caf-hvd driver` with two local
-node agents, and Open MPI's mpirun when it is installed (apt-get install openmpi-bin).
+running /bin/true (N = 1, 2, 4, 8), for the floor (a shell that starts N /bin/true and
+waits), `caf-hvd --version` (the binary's own start), `caf-hvd run`, `caf-hvd driver`
+with two local node agents, and Open MPI's mpirun when it is installed (apt-get install
+openmpi-bin); each launcher's row says how far it is above the floor of its run.
+--import-floor adds a real Horovod start at 4 ranks (import torch and horovod.torch,
+hvd.init(), one allreduce, hvd.shutdown()) under caf-hvd run and its floor: four
+parallel processes that only import torch and horovod.torch (scripts/setup-horovod.sh
+gives the build).
 Then the failure-detection latency: from a rank's exit (its own timestamp, printed just
 before it exits 3) to the moment the driver has exited."""
 
@@ -40,9 +46,17 @@ def timed(cmd, runs):
     return samples
 
 
-def row(name, n, samples):
-    print(f"| {name:<34} | {n:>2} | {statistics.median(samples):8.1f} | "
-          f"{min(samples):7.1f} - {max(samples):7.1f} |", flush=True)
+def row(name, n, samples, floor=None):
+    med = statistics.median(samples)
+    above = ("         |        |" if floor is None
+             else f" {med - floor:+7.1f} | {med / floor:5.2f}x |")
+    print(f"| {name:<34} | {n:>2} | {med:8.1f} | "
+          f"{min(samples):7.1f} - {max(samples):7.1f} |{above}", flush=True)
+
+
+def shell_floor(n):
+    """A shell that starts n /bin/true at once and waits: what any launcher must cost."""
+    return ["sh", "-c", " ".join(["/bin/true &"] * n) + " wait"]
 
 
 def main():
@@ -50,6 +64,7 @@ def main():
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--caf-hvd", default=os.path.join(ROOT, "build", "apps", "caf-hvd"))
     ap.add_argument("--no-mpirun", action="store_true")
+    ap.add_argument("--import-floor", action="store_true")
     a = ap.parse_args()
     caf = a.caf_hvd
     mpirun = None if a.no_mpirun else shutil.which("mpirun")
@@ -72,12 +87,16 @@ def main():
             ports.append(port)
 
         print(f"launch latency, /bin/true, {a.runs} runs each (ms)\n")
-        print("| launcher                           |  N |   median |     min - max   |")
-        print("|------------------------------------|----|----------|-----------------|")
+        print("| launcher                           |  N |   median |     min - max   "
+              "| - floor |  ratio |")
+        print("|------------------------------------|----|----------|-----------------"
+              "|---------|--------|")
         for n in (1, 2, 4, 8):
             half = (n + 1) // 2
             spec = f"127.0.0.1:{ports[0]}:{half},127.0.0.1:{ports[1]}:{half}"
             configs = [
+                ("floor: sh, N x /bin/true", shell_floor(n)),
+                ("caf-hvd --version", [caf, "--version"]),
                 ("caf-hvd run", [caf, "run", "-np", str(n), "--", "/bin/true"]),
                 ("caf-hvd driver, 2 node agents", [caf, "driver", "-np", str(n), "-H", spec,
                                                    "--", "/bin/true"]),
@@ -91,8 +110,11 @@ def main():
             for _ in range(a.runs):
                 for name, cmd in configs:
                     results[name] += timed(cmd, 1)
+            floor = statistics.median(results["floor: sh, N x /bin/true"])
             for name, _ in configs:
-                row(name, n, results[name])
+                row(name, n, results[name], None if name.startswith("floor") else floor)
+        if a.import_floor:
+            import_floor(caf, a.runs)
 
         print(f"\nfailure detection: rank 1 of 4 exits 3 after 0.3 s, others sleep; "
               f"{a.runs} runs (ms from the rank's exit to the driver's exit)\n")
@@ -117,6 +139,35 @@ def main():
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
         shutil.rmtree(cluster, ignore_errors=True)
+
+
+def import_floor(caf, runs):
+    """Real Horovod at 4 ranks under caf-hvd run against four parallel imports."""
+    site = subprocess.run([os.path.join(ROOT, "scripts", "setup-horovod.sh")],
+                          capture_output=True, text=True)
+    if site.returncode != 0:
+        sys.exit(f"setup-horovod.sh failed: {site.stderr[-1000:]}")
+    env = dict(os.environ, PYTHONPATH=site.stdout.strip().splitlines()[-1])
+    imports = "import torch, horovod.torch"
+    program = (imports + " as hvd; hvd.init(); hvd.allreduce(torch.ones(1), name='x'); "
+               "hvd.shutdown()")
+    py = "/usr/bin/python3"
+    configs = [("floor: 4 parallel imports", ["sh", "-c", " ".join(
+                   [f"{py} -c '{imports}' &"] * 4) + " wait"]),
+               ("caf-hvd run, hvd.init + allreduce", [caf, "run", "-np", "4", "--quiet", "--",
+                                                      py, "-c", program])]
+    results = {name: [] for name, _ in configs}
+    for _ in range(runs):
+        for name, cmd in configs:
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            results[name].append((time.perf_counter() - t0) * 1000)
+            if r.returncode != 0:
+                sys.exit(f"{name} failed with {r.returncode}: {r.stderr.decode()[-800:]}")
+    print(f"\nreal Horovod start, 4 ranks, {runs} runs each (ms)\n")
+    floor = statistics.median(results[configs[0][0]])
+    for name, _ in configs:
+        row(name, 4, results[name], None if name.startswith("floor") else floor)
 
 
 if __name__ == "__main__":
