@@ -37,6 +37,13 @@ hvd_config::hvd_config() {
   set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/1"});
   // Two scheduler threads fit this kind of machine; more only adds polling.
   set("scheduler.max-threads", size_t{2});
+  // The sharing scheduler: idle workers sleep on a condition variable and wake when work
+  // arrives. Work stealing polls first (100 tries, then 500 with 50 us sleeps, then 10 ms
+  // waits): an idle agent spent about 1% of a core, and a driver's polling after every
+  // burst of messages took the CPU from the ranks it had just started (run -np 4 of
+  // /bin/true: 24.2 ms with work stealing, 20.8 ms with sharing; BENCHMARKS.md). The
+  // messages a job sends are few and batched, so stealing's throughput is not needed.
+  set("scheduler.policy", caf::atom("sharing"));
 }
 
 liveness liveness::from_seconds(double seconds) {

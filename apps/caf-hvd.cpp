@@ -374,10 +374,7 @@ int run_node(int argc, char** argv) {
 
   block_termination_signals();
   hvd_config cfg;
-  // An agent is idle most of the time: the sharing scheduler sleeps on a condition
-  // variable where work stealing polls (about 1% of a core per idle agent, which adds up
-  // to most of a machine that hosts many agents, as tests and benchmarks do).
-  cfg.set("scheduler.policy", caf::atom("sharing"));
+  // (the sharing scheduler, as every caf-hvd process: actors/config.cpp)
   cfg.node->name = name;
   cfg.node->slots = static_cast<uint32_t>(slots);
   cfg.node->shim = shim_path();
