@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "runtime/timeline.hpp"
+#include "runtime/listen.hpp"
 
 namespace cafhvd {
 
@@ -185,15 +186,9 @@ dashboard::dashboard(dashboard_options o) : impl_(std::make_unique<impl>()) {
   impl_->opts = std::move(o);
   beast::error_code ec;
   auto addr = net::ip::make_address(impl_->opts.bind, ec);
-  net::ip::tcp::endpoint ep{addr, impl_->opts.port};
   if (!ec)
-    impl_->acceptor.open(ep.protocol(), ec);
-  if (!ec)
-    impl_->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec)
-    impl_->acceptor.bind(ep, ec);
-  if (!ec)
-    impl_->acceptor.listen(net::socket_base::max_listen_connections, ec);
+    ec = listen_on(impl_->acceptor, addr, impl_->opts.port,
+                   net::socket_base::max_listen_connections);
   if (ec)
     throw std::runtime_error(fmt::format("the dashboard cannot listen on {}:{}: {}",
                                          impl_->opts.bind, impl_->opts.port, ec.message()));

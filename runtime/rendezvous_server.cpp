@@ -1,6 +1,7 @@
 // Rendezvous server on Boost.Beast/Asio. All state lives on the server's one I/O
 // thread; sessions are asynchronous, so a thousand waiting ranks cost no threads.
 #include "runtime/rendezvous_server.hpp"
+#include "runtime/listen.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -604,14 +605,7 @@ rendezvous_server::rendezvous_server(rendezvous_options opts) : impl_(std::make_
   if (ec)
     throw std::runtime_error(
         fmt::format("rendezvous server: '{}' is not an IP address", m.opts.bind));
-  tcp::endpoint ep{addr, m.opts.port};
-  m.acceptor.open(ep.protocol(), ec);
-  if (!ec)
-    m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec)
-    m.acceptor.bind(ep, ec);
-  if (!ec)
-    m.acceptor.listen(4096, ec);
+  ec = listen_on(m.acceptor, addr, m.opts.port, 4096);
   if (ec)
     throw std::runtime_error(fmt::format("rendezvous server: cannot listen on {}:{}: {}",
                                          m.opts.bind, m.opts.port, ec.message()));

@@ -1,6 +1,7 @@
 // torch_store_server on Boost.Asio: one thread, one torch_store_core, asynchronous
 // sessions that always keep reading (a client waiting on a key may cancel the wait).
 #include "runtime/torch_store.hpp"
+#include "runtime/listen.hpp"
 
 #include <cstdio>
 #include <future>
@@ -201,15 +202,8 @@ torch_store_server::torch_store_server(const std::string& bind, uint16_t port,
   impl_->on_refused = std::move(on_refused);
   boost::system::error_code ec;
   auto addr = net::ip::make_address(bind, ec);
-  tcp::endpoint ep{addr, port};
   if (!ec)
-    impl_->acceptor.open(ep.protocol(), ec);
-  if (!ec)
-    impl_->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec)
-    impl_->acceptor.bind(ep, ec);
-  if (!ec)
-    impl_->acceptor.listen(4096, ec);
+    ec = listen_on(impl_->acceptor, addr, port, 4096);
   if (ec)
     throw std::runtime_error(
         fmt::format("torch store: cannot listen on {}:{}: {}", bind, port, ec.message()));

@@ -14,16 +14,7 @@ if [ -f "$dest/.complete" ]; then
 fi
 [ "$(id -u)" -eq 0 ] || { echo "setup-deb-chroot: needs root (debootstrap, chroot)" >&2; exit 1; }
 
-# The Debian archive this machine's apt uses, unless CAF_HVD_DEBIAN_MIRROR names one.
-mirror=${CAF_HVD_DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
-                /etc/apt/sources.list.d/*.list 2>/dev/null \
-           | sed -n -e 's/^URIs:[[:space:]]*//p' \
-                    -e 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]*\)\?\([^[:space:]]*\).*/\2/p' \
-           | tr ' ' '\n' | grep -E '^(https?|file)://.*/debian/?$' | head -1 || true)
-fi
-[ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+mirror=$("$(dirname "$0")/debian-mirror.sh")
 
 mkdir -p "$cache_root"
 exec 9>"$cache_root/bookworm-minbase.lock"

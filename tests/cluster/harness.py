@@ -68,6 +68,23 @@ def pid_with_env(pattern, prefix=False, **env):
     return None
 
 
+def pids_with_env_entry(key, value):
+    """Pids of this machine's processes (not this one) whose environment has KEY=value:
+    how a suite finds every process it started, wherever they ran from."""
+    want = f"{key}={value}".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    out.append(int(entry))
+        except OSError:
+            continue
+    return out
+
+
 def describe_pids(pids):
     """"PID: command line" for each pid still there (for failure messages)."""
     out = []

@@ -201,20 +201,7 @@ class EventTest(unittest.TestCase):
                           ("stopped by the launcher (the job was ending)", "1")])
 
     def test_elastic_job_with_a_failure_and_a_join(self):
-        hosts = os.path.join(self.dir, "hosts")
-        script = os.path.join(self.dir, "discover.sh")
-        with open(script, "w") as f:
-            f.write(f"#!/bin/sh\ncat {hosts}\n")
-        os.chmod(script, stat.S_IRWXU)
-        for n in ("xa", "xb", "xc"):
-            self.c.node(n)
-
-        def set_hosts(*names):
-            with open(hosts + ".tmp", "w") as f:
-                for n in names:
-                    f.write(f"127.0.0.1:{self.c.nodes[n][1]}:1\n")
-            os.replace(hosts + ".tmp", hosts)
-
+        script, set_hosts = self.elastic_hosts(("xa", "xb", "xc"))
         set_hosts("xa", "xb")
         d = self.c.start(["driver", "--host-discovery-script", script, "--discovery-interval",
                           "0.1", "--min-np", "1", "--events", self.log, ALLREDUCE, "--elastic",

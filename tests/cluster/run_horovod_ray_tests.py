@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from harness import Cluster, run_suite, wait_until  # noqa: E402
+from harness import Cluster, pids_with_env_entry, run_suite, wait_until  # noqa: E402
 
 import caf_hvd  # noqa: E402
 from caf_hvd import RayExecutor, WorkerError  # noqa: E402
@@ -71,18 +71,7 @@ def horovod_site():
 
 
 def tagged_pids():
-    want = f"{TAG}={os.environ[TAG]}".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if want in f.read().split(b"\0"):
-                    out.append(int(entry))
-        except OSError:
-            pass
-    return out
+    return pids_with_env_entry(TAG, os.environ[TAG])
 
 
 class Case(unittest.TestCase):

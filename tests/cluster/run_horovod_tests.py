@@ -46,7 +46,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from harness import CAF_HVD, Cluster, rank_lines, run_suite  # noqa: E402
+from harness import (CAF_HVD, Cluster, pids_with_env_entry, rank_lines,  # noqa: E402
+                     run_suite)
 
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives there
 STATIC_OPS = os.path.join(HERE, "horovod_programs", "static_ops.py")
@@ -119,18 +120,7 @@ def horovod_env(site, tag):
 
 def tagged_pids(tag):
     """Pids of processes whose environment has TAG=tag."""
-    want = f"{TAG}={tag}".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if want in f.read().split(b"\0"):
-                    out.append(int(entry))
-        except OSError:
-            continue
-    return out
+    return pids_with_env_entry(TAG, tag)
 
 
 def kill_tagged(tag):
