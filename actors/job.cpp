@@ -46,6 +46,7 @@
 #include <caf/openssl/all.hpp>
 
 #include "actors/config.hpp"
+#include "actors/coordinator.hpp"
 #include "actors/driver_util.hpp"
 #include "actors/node_actors.hpp"
 #include "runtime/channel.hpp"
@@ -64,16 +65,19 @@ namespace cafhvd {
 
 namespace {
 
+// The driver's interface, what its coordinator tells it (coordinator_client_actor, whose
+// torch store message the driver already has) and its own messages.
 using job_actor = driver_full_actor::extend<
+    caf::reacts_to<complete_atom, uint64_t>,
+    caf::reacts_to<rejoin_atom, std::string>,
+    caf::reacts_to<late_atom, uint64_t, std::vector<std::string>, std::vector<std::string>>,
+    caf::reacts_to<notified_atom, uint64_t, std::string, std::string>,
+    caf::reacts_to<event_atom, std::string, std::string>,
     caf::reacts_to<discover_atom>,                    // time to run the script
     caf::reacts_to<discover_atom, bool, std::string>, // the script's output or error
-    caf::reacts_to<vote_atom, std::string, int32_t>,  // GET /rank_and_size/<host>:<lr>
     caf::reacts_to<rejoin_atom, uint64_t>,            // ranks asked for a new generation
-    // PUT /worker_addresses/<host>:<lr>: a Horovod worker's notification service (body)
-    caf::reacts_to<register_atom, std::string, int32_t, std::string>,
-    // rank 0 was told of generation G's host change: (G, slot, "" or why not)
-    caf::reacts_to<notified_atom, uint64_t, std::string, std::string>,
     caf::reacts_to<retire_atom, uint32_t, int32_t>,   // signal a stopped slot's process
+    caf::replies_to<caf::get_atom>::with<coordinator_full_actor>, // (tests) its coordinator
     // a discovered host resolved (its address) and reachable ("" = yes) or why not
     caf::reacts_to<probed_atom, std::string, std::string, std::string>>;
 
@@ -81,7 +85,6 @@ using job_actor = driver_full_actor::extend<
 enum : uint32_t {
   dl_teardown = 1,
   dl_slots = 2,
-  dl_barrier = 3,
   dl_start = 4,
   dl_owner = 5,   // executor: the owner's start frame
   dl_shutdown = 6 // executor: ranks end after their channel closed
@@ -165,6 +168,17 @@ public:
     }
     if (job_.event_observer)
       events_.observe(job_.event_observer);
+    {
+      coordinator_config cc;
+      cc.elastic = elastic_;
+      cc.torch_store = job_.torch_store;
+      cc.start_timeout = job_.start_timeout;
+      cc.elastic_timeout = ec_.elastic_timeout;
+      cc.verbose = job_.verbose;
+      cc.started = started_;
+      coord_ = spawn_coordinator(system(), cc, caf::actor_cast<coordinator_client_actor>(this));
+      monitor(coord_);
+    }
     nlohmann::json start{
         {"kind", elastic_ ? "elastic" : "static"}, {"command", job_.command}, {"np", job_.np}};
     if (elastic_) {
@@ -194,13 +208,17 @@ public:
         [this](tstore_atom, std::string& problem) { on_store_problem(problem); },
         [this](discover_atom) { run_discovery(); },
         [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
-        [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
-        [this](register_atom, std::string& host, int32_t lr, std::string& body) {
-          on_register(host, lr, body);
-        },
         [this](notified_atom, uint64_t g, std::string& slot, std::string& problem) {
           on_notified(g, slot, problem);
         },
+        [this](complete_atom, uint64_t g) { on_complete(g); },
+        [this](rejoin_atom, std::string& key) { on_rejoin_request(key); },
+        [this](late_atom, uint64_t g, std::vector<std::string>& fresh,
+               std::vector<std::string>& carrying) { on_late(g, fresh, carrying); },
+        [this](event_atom, std::string& name, std::string& context) {
+          events_.emit(name.c_str(), nlohmann::json::parse(context, nullptr, false));
+        },
+        [this](caf::get_atom) { return coord_; },
         [this](rejoin_atom, uint64_t gen) { on_rejoin(gen); },
         [this](result_atom, uint32_t slot, uint64_t id, std::string& payload) {
           on_result(slot, id, std::move(payload));
@@ -867,12 +885,13 @@ private:
   void spawn_colocator(const std::string& ep) {
     auto& h = hosts_.at(ep);
     auto self_hdl = caf::actor_cast<driver_actor>(this);
+    auto coord = caf::actor_cast<coordinator_actor>(coord_);
     auto grace = static_cast<int32_t>(job_.kill_grace.count());
     if (job_.embedded) {
       // By name from this system's factories, as a node agent spawns it for a remote
       // driver (tests put fake node actors behind the same names).
       auto c = system().spawn<colocator_actor>(colocator_type_name,
-                                               caf::make_message(self_hdl, job_id_, grace));
+                                               caf::make_message(self_hdl, coord, job_id_, grace));
       if (!c)
         return host_unusable(ep,
                              fmt::format("cannot start its colocator: {}", describe(c.error())));
@@ -882,7 +901,8 @@ private:
     }
     auto mm = system().middleman().actor_handle();
     request(mm, job_.start_timeout, caf::spawn_atom::value, h.nid, std::string{colocator_type_name},
-            caf::make_message(self_hdl, job_id_, grace), system().message_types<colocator_actor>())
+            caf::make_message(self_hdl, coord, job_id_, grace),
+            system().message_types<colocator_actor>())
         .then(
             [this, ep](caf::strong_actor_ptr& p) {
               auto c = caf::actor_cast<colocator_actor>(std::move(p));
@@ -1237,7 +1257,7 @@ private:
     // The job's servers listen towards its first host: on loopback, remote hosts cannot
     // reach them; on the network, a host reached over loopback cannot be reached by the
     // others.
-    if (server_ && is_loopback_address(h.address) != is_loopback_address(server_->address()))
+    if (!serve_bind_.empty() && is_loopback_address(h.address) != is_loopback_address(serve_bind_))
       return host_unusable(
           ep, is_loopback_address(h.address)
                   ? std::string{"it was reached at a loopback address, which the job's other "
@@ -1245,14 +1265,14 @@ private:
                   : fmt::format("the job's hosts are on this machine (its servers listen on "
                                 "{}), which a remote host cannot reach; list every host by an "
                                 "address of the shared network",
-                                server_->address()));
+                                serve_bind_));
     h.st = ehost::status::ready;
     // The job's servers serve the job's hosts (every address their agents reported)
     // and the driver's own machine, no one else.
     std::vector<std::string> addresses{h.reach_address, h.address};
     for (auto& i : h.info.interfaces)
       addresses.push_back(i.address);
-    allowlist_->add_host(h.info.name, addresses);
+    send(coord_, allow_atom::value, h.info.name, std::move(addresses));
     if (elastic_)
       warn_if_capped(h);
     h.last_warning.clear();
@@ -1266,8 +1286,8 @@ private:
                                 {"address", h.reach_address},
                                 {"interfaces", h.nics},
                                 {"slots", elastic_ ? h.slots() : h.planned}});
-    if (!server_ && !start_server(h))
-      return;
+    if (serve_bind_.empty())
+      return start_servers(h); // reconsiders once they are up
     reconsider();
   }
 
@@ -1292,71 +1312,36 @@ private:
     reconsider();
   }
 
-  // The rendezvous server listens on the driver's address towards the first host.
-  bool start_server(const ehost& h) {
+  // The job's servers (the coordinator's) listen on the driver's address towards the
+  // first host.
+  void start_servers(const ehost& h) {
     std::string bind = "127.0.0.1";
     if (!is_loopback_address(h.address)) {
       auto a = local_address_towards(h.address);
-      if (!a) {
-        fail(fmt::format("no local address routes to node {} ({})", h.label(), h.address));
-        return false;
-      }
+      if (!a)
+        return fail(fmt::format("no local address routes to node {} ({})", h.label(), h.address));
       bind = *a;
     }
-    try {
-      rendezvous_options o;
-      o.bind = bind;
-      o.allowlist = allowlist_;
-      o.on_refused = [](const std::string& what) {
-        write_all(2, fmt::format("caf-hvd: warning: {}\n", what));
-      };
-      server_ = std::make_unique<rendezvous_server>(o);
-    } catch (const std::exception& e) {
-      fail(e.what());
-      return false;
-    }
-    auto hdl = caf::actor_cast<job_actor>(this);
-    if (elastic_) {
-      server_->enable_elastic(
-          [hdl](const std::string& host, int lr) {
-            caf::anon_send(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
-          },
-          [hdl](const std::string& host, int lr, const std::string& body) {
-            caf::anon_send(hdl, register_atom::value, host, static_cast<int32_t>(lr), body);
-          });
-      server_->set_update(0, "generation 0\nchange none\n");
-    }
-    log("rendezvous server on {}:{}", bind, server_->port());
-    events_.emit("rendezvous", {{"address", bind}, {"port", server_->port()}});
-    // torch's store lives next to it for the whole job, so MASTER_ADDR/PORT outlive any
-    // host; each released generation gets a fresh key space (torchrun starts a new store
-    // for each restart).
-    if (job_.torch_store != torch_store_mode::off) {
-      try {
-        torch_store_ = std::make_unique<torch_store_server>(
-            bind, uint16_t{0},
-            [hdl](const std::string& problem) {
-              caf::anon_send(hdl, tstore_atom::value, "on the driver: " + problem);
+    serve_bind_ = bind;
+    request(coord_, job_.start_timeout, serve_atom::value, bind)
+        .then(
+            [this](served& up) {
+              if (!up.error.empty())
+                return fail(up.error);
+              served_ = std::move(up);
+              reconsider();
             },
-            torch_store_limits{}, allowlist_,
-            [](const std::string& what) {
-              write_all(2, fmt::format("caf-hvd: warning: {}\n", what));
+            [this](caf::error& e) {
+              fail(fmt::format("the job's coordinator did not start its servers: {}",
+                               describe(e)));
             });
-      } catch (const std::exception& e) {
-        fail(e.what());
-        return false;
-      }
-      log("torch store on {}:{}", bind, torch_store_->port());
-      events_.emit("torch_store", {{"address", bind}, {"port", torch_store_->port()}});
-    }
-    return true;
   }
 
   // -- generations ----------------------------------------------------------------------
 
   // Decides whether the available hosts call for a (new) generation.
   void reconsider() {
-    if (done_ || finishing_)
+    if (done_ || finishing_ || !served_)
       return;
     if (!elastic_)
       return start_fixed_generation();
@@ -1406,12 +1391,30 @@ private:
       wait_for_slots(total);
       return;
     }
-    std::vector<slot_info> plan;
-    try {
-      plan = get_host_assignments(hs, ec_.min_np, ec_.max_np);
-    } catch (const std::exception& e) {
-      return fail(e.what());
-    }
+    assign(hs, ec_.min_np, ec_.max_np.value_or(0));
+  }
+
+  // The coordinator places the ranks over `hs`; a newer request supersedes this one.
+  void assign(const std::vector<host_slots>& hs, int min_np, int max_np) {
+    auto serial = ++assign_serial_;
+    request(coord_, job_.start_timeout, assign_atom::value, hs, static_cast<int32_t>(min_np),
+            static_cast<int32_t>(max_np))
+        .then(
+            [this, serial, hs](assignment& a) {
+              if (serial != assign_serial_ || done_ || finishing_)
+                return;
+              if (!a.error.empty())
+                return fail(a.error);
+              plan_ready(std::move(a.plan), hs);
+            },
+            [this](caf::error& e) {
+              fail(fmt::format("the job's coordinator did not place the ranks: {}", describe(e)));
+            });
+  }
+
+  void plan_ready(std::vector<slot_info> plan, const std::vector<host_slots>& hs) {
+    if (!elastic_)
+      return begin_generation(std::move(plan), hs);
     waiting_slots_ = false;
     if (gen_.number > 0 && plan == gen_.plan && !rejoin_due_)
       return; // e.g. hosts beyond --max-np appeared: no reset
@@ -1440,13 +1443,7 @@ private:
       hs.push_back({h.info.name, h.planned});
     }
     order_ = listed_order_;
-    std::vector<slot_info> plan;
-    try {
-      plan = get_host_assignments(hs, job_.np, job_.np);
-    } catch (const std::exception& e) {
-      return fail(e.what());
-    }
-    begin_generation(std::move(plan), hs);
+    assign(hs, job_.np, job_.np);
   }
 
   bool previous_generation_survives() const {
@@ -1509,20 +1506,12 @@ private:
     rejoin_wanted_ = false;
     rejoin_due_ = false;
     auto reason = std::exchange(reset_reason_, std::string{});
-    auto old_votes = std::move(gen_.votes);
     gen_ = generation{gen_.number + 1, std::move(plan), clock_type::now()};
     auto plan_host_names = gen_.hosts();
     plan_hosts_.clear();
     for (auto& h : hs)
       if (std::count(plan_host_names.begin(), plan_host_names.end(), h.hostname))
         plan_hosts_.push_back(h);
-    // Votes that wait for this generation carry over; slots that left are told so.
-    for (auto& key : old_votes) {
-      if (in_plan(key))
-        gen_.votes.insert(key);
-      else
-        retire_slot(key);
-    }
     // Running slots that are no longer in the job will be answered -1 and are stopped
     // if they do not end by themselves.
     for (auto& [id, s] : slots_)
@@ -1559,7 +1548,6 @@ private:
                                         {"plan", plan}});
     }
     if (elastic_) {
-      server_->set_update(gen_.number, text);
       say("generation {}: {} ranks on {}{}{}{}", gen_.number, gen_.plan.size(), layout,
           added.empty() || gen_.number == 1 ? ""
                                             : fmt::format(" (added {})", fmt::join(added, ",")),
@@ -1589,23 +1577,36 @@ private:
         host_order.push_back(row.hostname);
       fresh[row.hostname].emplace_back(key, row);
     }
-    // No barrier for the first plan (Horovod's static rendezvous, and horovodrun's first
-    // elastic generation): it is the job's from the start.
+    // The coordinator holds the barrier: the processes the plan carries over vote, the
+    // fresh slots' processes start at the release. No barrier for the first plan
+    // (Horovod's static rendezvous, and horovodrun's first elastic generation): it is
+    // the job's from the start.
+    barrier_spec spec;
+    spec.number = gen_.number;
+    spec.plan = gen_.plan;
+    spec.fresh.assign(gen_.fresh.begin(), gen_.fresh.end());
+    for (auto& [key, row] : gen_.rows)
+      if (auto* s = current(key); s && !gen_.fresh.count(key))
+        spec.carried.push_back(
+            {key, row.hostname,
+             std::chrono::duration_cast<std::chrono::nanoseconds>(s->started.time_since_epoch())
+                 .count(),
+             s->joined});
+    spec.update = text;
+    spec.release_now = !elastic_ || gen_.number == 1;
+    send(coord_, barrier_atom::value, std::move(spec));
     if (!elastic_ || gen_.number == 1)
       release_generation();
     // Workers of fresh slots are spawned now; their processes wait for the release.
     for (auto& host : host_order)
       if (!done_)
         start_slots(host, fresh[host]);
-    barrier_check_.reset();
-    if (!torch_store_)
+    if (job_.torch_store == torch_store_mode::off)
       find_master_port();
     if (!elastic_ || gen_.released)
       return;
     if (reason.empty())
-      notify_running_ranks(change);
-    schedule_barrier_check();
-    check_release();
+      send(coord_, notify_atom::value, gen_.number, static_cast<uint8_t>(change));
   }
 
   // One host's new slots: one request spawns their workers (the node's colocator does
@@ -1630,14 +1631,48 @@ private:
       ids.push_back(s.id);
     }
     auto ep = h->endpoint();
+    // Two answers before the launch: the colocator's (the workers) and the coordinator's
+    // (each worker reported that it runs on this host).
+    struct join {
+      std::optional<std::vector<worker_actor>> workers;
+      std::optional<std::vector<std::string>> reports;
+    };
+    auto both = std::make_shared<join>();
+    auto ready = [this, ep, ids, both] {
+      if (!both->workers || !both->reports)
+        return;
+      std::vector<uint32_t> go;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        auto w = i < both->workers->size() ? (*both->workers)[i] : worker_actor{};
+        if (!worker_spawned(ids[i], w))
+          continue;
+        auto& problem = (*both->reports)[i];
+        if (!problem.empty()) {
+          if (auto* s = slot_by_id(ids[i]); s && s->running)
+            slot_failed(*s, "cannot start: " + problem);
+          continue;
+        }
+        go.push_back(ids[i]);
+      }
+      launch_slots(ep, go);
+      maybe_finish(); // a failure above may have left nothing running
+    };
+    request(coord_, job_.start_timeout + std::chrono::seconds(1), expect_atom::value, ids,
+            h->info.name)
+        .then(
+            [both, ready](std::vector<std::string>& reports) {
+              both->reports = std::move(reports);
+              ready();
+            },
+            [this, ids](caf::error& e) {
+              fail_running(ids, fmt::format("the coordinator did not answer for its worker: {}",
+                                            describe(e)));
+            });
     request(h->colocator, job_.start_timeout, workers_atom::value, ids)
         .then(
-            [this, ep, ids](std::vector<worker_actor>& workers) {
-              std::vector<uint32_t> ready;
-              for (size_t i = 0; i < ids.size(); ++i)
-                if (worker_spawned(ids[i], i < workers.size() ? workers[i] : worker_actor{}))
-                  ready.push_back(ids[i]);
-              launch_slots(ep, ready);
+            [both, ready](std::vector<worker_actor>& workers) {
+              both->workers = std::move(workers);
+              ready();
             },
             [this, ids](caf::error& e) {
               fail_running(ids, fmt::format("cannot start its worker: {}", describe(e)));
@@ -1729,7 +1764,8 @@ private:
       return std::nullopt;
     }
     auto& master = *master_host;
-    if (!torch_store_ && master_port_ <= 0) {
+    bool agent_store = served_->store_port != 0;
+    if (!agent_store && master_port_ <= 0) {
       awaiting_port_.push_back(s.id); // launched when this generation's port is known
       return std::nullopt;
     }
@@ -1745,9 +1781,9 @@ private:
                                       [&](auto& x) { return x.hostname == row.hostname; })
                          - plan_hosts_.begin());
     in.hostname = h.info.name;
-    if (torch_store_) {
-      in.master_addr = server_->address();
-      in.master_port = torch_store_->port();
+    if (agent_store) {
+      in.master_addr = served_->address;
+      in.master_port = served_->store_port;
       in.agent_store = true;
       in.restart_count = static_cast<int>(gen_.number - 1);
     } else {
@@ -1756,8 +1792,8 @@ private:
     }
     in.nccl_ifaces = h.nics;
     in.iface = h.nics.empty() ? std::string{} : h.nics.front();
-    in.rendezvous_addr = server_->address();
-    in.rendezvous_port = server_->port();
+    in.rendezvous_addr = served_->address;
+    in.rendezvous_port = served_->port;
     in.base = job_.base_env;
     in.extra = job_.extra_env;
     in.cuda_visible_devices = visible_devices(h, row.local_rank);
@@ -1862,9 +1898,7 @@ private:
   // A slot that will not take part any more: its held votes are answered and its
   // process, if it does not end by itself, is stopped after the grace period.
   void retire_slot(const std::string& key) {
-    if (server_)
-      server_->answer_slot(key, slot_not_in_job);
-    gen_.votes.erase(key);
+    send(coord_, leave_atom::value, key);
     auto* s = current(key);
     if (!s || s->retired || drop_if_unlaunched(*s))
       return;
@@ -1874,37 +1908,17 @@ private:
   }
 
   // -- the barrier ------------------------------------------------------------------------
+  // The coordinator holds the votes (rank_and_size) and the join deadlines; the job
+  // decides what they mean.
 
-  void on_vote(const std::string& host, int32_t lr) {
-    auto key = slot_key(host, lr);
-    if (done_ || finishing_) {
-      server_->answer_slot(key, slot_not_in_job);
+  // A slot that joined the released generation asks for the next one: a failure's report
+  // usually follows at once; if none does, a new generation starts anyway.
+  void on_rejoin_request(const std::string& key) {
+    if (done_ || finishing_ || rejoin_wanted_)
       return;
-    }
-    auto* s = current(key);
-    if (!in_plan(key) || !s || s->retired || !s->launching) {
-      // (a slot without a process cannot vote: its process starts with the release)
-      log("vote of {} which is not in generation {}: answered -1", key, gen_.number);
-      server_->answer_slot(key, slot_not_in_job);
-      return;
-    }
-    if (s->joined < gen_.number) {
-      if (gen_.votes.insert(key).second)
-        log("vote of {} for generation {} ({} of {})", key, gen_.number, gen_.votes.size(),
-            gen_.plan.size());
-      if (!gen_.first_vote) {
-        gen_.first_vote = clock_type::now(); // from now on its fresh peers have deadlines
-        schedule_barrier_check();
-      }
-      return check_release();
-    }
-    // It already joined this generation: it asks for the next one (it saw a failure).
-    gen_.votes.insert(key);
-    if (!rejoin_wanted_) {
-      rejoin_wanted_ = true;
-      log("{} asks for a new generation; waiting briefly for the failure's report", key);
-      delayed_send(this, std::chrono::milliseconds(1000), rejoin_atom::value, gen_.number);
-    }
+    rejoin_wanted_ = true;
+    log("{} asks for a new generation; waiting briefly for the failure's report", key);
+    delayed_send(this, std::chrono::milliseconds(1000), rejoin_atom::value, gen_.number);
   }
 
   // No failure explains a rank's request for a new generation: start one anyway.
@@ -1917,59 +1931,34 @@ private:
     reconsider();
   }
 
-  // The join deadline of a slot of the forming generation that has not voted yet.
-  join_deadline deadline_of(const std::string& key) {
-    auto* s = current(key);
-    return s ? deadline_for(gen_, process_of(*s), job_.start_timeout, ec_.elastic_timeout)
-             : join_deadline{};
-  }
-
-  // Arms one check for the earliest join deadline of the forming generation (fresh
-  // processes: --start-timeout; processes that hold state: --elastic-timeout).
-  void schedule_barrier_check() {
-    if (gen_.released || done_)
-      return;
-    std::optional<clock_type::time_point> next;
-    for (auto& key : gen_.missing())
-      if (auto d = deadline_of(key); d.kind != deadline_kind::none && (!next || d.at < *next))
-        next = d.at;
-    if (!next || (barrier_check_ && *barrier_check_ <= *next))
-      return;
-    barrier_check_ = next;
-    auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(*next - clock_type::now());
-    delayed_send(this, std::max(delay, std::chrono::milliseconds(0)) + std::chrono::milliseconds(1),
-                 deadline_atom::value, dl_barrier | static_cast<uint32_t>(gen_.number << 4));
-  }
-
   // Slots whose join deadline passed are failures (their hosts are blacklisted); the
   // message says which deadline and why it applies.
-  void on_barrier_deadline() {
-    barrier_check_.reset();
-    auto now = clock_type::now();
-    std::vector<std::string> fresh, carrying;
+  void on_late(uint64_t g, const std::vector<std::string>& fresh,
+               const std::vector<std::string>& carrying) {
+    if (g != gen_.number || gen_.released || done_ || finishing_)
+      return;
     std::set<std::string> bad_hosts;
-    for (auto& key : gen_.missing()) {
-      auto d = deadline_of(key);
-      if (d.kind == deadline_kind::none || now < d.at)
-        continue;
-      auto name = fmt::format("rank {} ({})", gen_.rows.at(key).rank, key);
-      (d.kind == deadline_kind::fresh ? fresh : carrying).push_back(name);
-      bad_hosts.insert(current(key)->endpoint);
-    }
-    if (bad_hosts.empty())
-      return schedule_barrier_check();
+    auto names = [&](const std::vector<std::string>& keys) {
+      std::vector<std::string> out;
+      for (auto& key : keys) {
+        out.push_back(fmt::format("rank {} ({})", gen_.rows.at(key).rank, key));
+        if (auto* s = current(key))
+          bad_hosts.insert(s->endpoint);
+      }
+      return out;
+    };
     std::vector<std::string> what;
     if (!fresh.empty())
       what.push_back(fmt::format("{} did not join generation {} within {} s (--start-timeout; "
                                  "does the program call rank_and_size, e.g. through an elastic "
                                  "run loop?)",
-                                 fmt::join(fresh, ", "), gen_.number,
+                                 fmt::join(names(fresh), ", "), gen_.number,
                                  job_.start_timeout.count() / 1000.0));
     if (!carrying.empty())
       what.push_back(fmt::format("{} did not join generation {} within {} s (--elastic-timeout; "
                                  "it holds the state of generation {} and was waited for while "
                                  "it ran)",
-                                 fmt::join(carrying, ", "), gen_.number,
+                                 fmt::join(names(carrying), ", "), gen_.number,
                                  ec_.elastic_timeout.count() / 1000.0, released_gen_));
     for (auto& w : what) {
       note_failure(w);
@@ -1980,11 +1969,14 @@ private:
     reconsider();
   }
 
-  void check_release() {
-    if (gen_.released || done_ || finishing_ || !gen_.complete())
+  // Every process generation G carries over voted: it is released (unless the job has
+  // moved on; the held votes then carry over to the next generation).
+  void on_complete(uint64_t g) {
+    if (g != gen_.number || gen_.released || done_ || finishing_)
       return;
     log("generation {}: all {} ranks it carries over joined", gen_.number,
         gen_.plan.size() - gen_.fresh.size());
+    send(coord_, release_atom::value, g);
     release_generation();
     // The fresh slots' processes start now, with the released plan.
     std::map<std::string, std::vector<uint32_t>> by_host;
@@ -1995,21 +1987,15 @@ private:
       launch_slots(ep, ids);
   }
 
-  // The plan becomes the job's: the store serves its scopes, held votes are answered.
+  // The plan becomes the job's (the coordinator gives it to the servers): the processes
+  // it carried over joined it.
   void release_generation() {
     gen_.released = true;
-    for (auto& key : gen_.votes)
-      if (auto* s = current(key))
+    for (auto& [key, row] : gen_.rows)
+      if (auto* s = current(key); s && s->launching && !gen_.fresh.count(key))
         s->joined = gen_.number;
-    gen_.votes.clear();
-    if (elastic_ && torch_store_ && gen_.number > 1)
-      torch_store_->clear(); // before anyone learns its rank in the new plan
     released_gen_ = gen_.number;
     released_plan_ = gen_.plan;
-    if (elastic_)
-      server_->release(gen_.plan);
-    else
-      server_->init(gen_.plan);
     events_.emit("generation.released", {{"generation", gen_.number}});
     if (elastic_)
       log("generation {} released: {} ranks, {} of them fresh", gen_.number, gen_.plan.size(),
@@ -2039,29 +2025,6 @@ private:
     return true;
   }
 
-  // -- Horovod's worker notification service ------------------------------------------
-  // Running Horovod workers learn that hosts were added or removed only from a
-  // HostsUpdatedRequest to rank 0's notification service (rank 0 spreads it at its next
-  // commit; every rank then re-joins through rank_and_size). Each worker registers its
-  // service with PUT /worker_addresses/<host>:<lr>: an unauthenticated pickle, decoded
-  // by a decoder that accepts only (addresses, key). The key is never logged.
-
-  void on_register(const std::string& host, int32_t lr, const std::string& body) {
-    auto key = slot_key(host, lr);
-    auto reg = decode_worker_registration(body);
-    if (!reg.value) {
-      say("warning: refused the notification service registration of {}: {}", key, reg.error);
-      events_.emit("notify.refused", {{"slot", key}, {"cause", reg.error}});
-      return;
-    }
-    auto where = to_string(*reg.value);
-    log("{} registered its notification service at {}", key, where);
-    events_.emit("notify.registered", {{"slot", key}, {"addresses", where}});
-    registrations_[key] = std::move(*reg.value);
-    if (notify_pending_ == gen_.number && !gen_.released && key == released_rank0())
-      send_notification();
-  }
-
   // Host names of the last released plan, in rank order.
   std::vector<std::string> released_hosts() const {
     std::vector<std::string> out;
@@ -2071,48 +2034,8 @@ private:
     return out;
   }
 
-  // The slot of rank 0 of the last released plan ("" if none).
-  std::string released_rank0() const {
-    for (auto& row : released_plan_)
-      if (row.rank == 0)
-        return slot_key(row.hostname, row.local_rank);
-    return {};
-  }
-
-  // The forming generation changes the hosts of running ranks that saw no failure.
-  void notify_running_ranks(host_change change) {
-    notify_pending_ = gen_.number;
-    notify_change_ = change;
-    send_notification();
-  }
-
-  void send_notification() {
-    auto key = released_rank0();
-    auto* s = key.empty() ? nullptr : current(key);
-    if (!s || !s->running || !s->launched)
-      return; // rank 0 is gone: its peers see that for themselves
-    auto it = registrations_.find(key);
-    if (it == registrations_.end()) {
-      // Sent when it registers (a Horovod worker does so in hvd.elastic.run).
-      log("rank 0 ({}) has no notification service yet; running ranks learn of generation {} "
-          "through /elastic/update, or when it registers",
-          key, gen_.number);
-      return;
-    }
-    notify_pending_ = 0;
-    // Horovod's workers keep only updates newer than the last one (whole seconds).
-    auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
-    last_notify_ts_ = std::max<int64_t>(now, last_notify_ts_ + 1);
-    auto hdl = caf::actor_cast<job_actor>(this);
-    std::thread{[hdl, reg = it->second, ts = last_notify_ts_, res = static_cast<unsigned>(notify_change_),
-                 g = gen_.number, key] {
-      auto r = notify_hosts_updated(reg, ts, res, std::chrono::milliseconds(3000));
-      caf::anon_send(hdl, notified_atom::value, g, key, r.ok ? std::string{} : to_string(r));
-    }}.detach();
-  }
-
+  // The coordinator told rank 0's notification service of generation G's host change
+  // (Horovod's HostsUpdatedRequest), or could not.
   void on_notified(uint64_t g, const std::string& key, const std::string& problem) {
     events_.emit("notify.sent", {{"slot", key},
                                  {"generation", g},
@@ -2159,9 +2082,9 @@ private:
       slots_.erase(ex.rank); // a replaced process: nothing refers to it any more
       return maybe_finish();
     }
-    registrations_.erase(s->key); // its notification service ended with it
+    send(coord_, gone_atom::value, s->key); // its notification service ended with it
     if (s->retired || !in_plan(s->key)) {
-      gen_.votes.erase(s->key);
+      send(coord_, leave_atom::value, s->key);
       return maybe_finish();
     }
     // A static executor's ranks end when the owner shuts them down, not before.
@@ -2171,9 +2094,7 @@ private:
         finishing_ = true;
         log("rank {} finished; the job ends when the others do", s->rank);
         // Ranks that wait for another generation are told that there is none.
-        for (auto& key : gen_.votes)
-          server_->answer_slot(key, slot_not_in_job);
-        gen_.votes.clear();
+        send(coord_, stop_atom::value);
         drop_unlaunched(); // fresh slots of a plan that will not be released
       }
       return maybe_finish();
@@ -2255,9 +2176,7 @@ private:
     for (auto& [id, s] : slots_) {
       if (s.endpoint != ep || !s.running)
         continue;
-      if (server_)
-        server_->answer_slot(s.key, slot_not_in_job);
-      gen_.votes.erase(s.key);
+      send(coord_, leave_atom::value, s.key);
       if (drop_if_unlaunched(s))
         continue;
       s.retired = true;
@@ -2268,6 +2187,11 @@ private:
   }
 
   void on_down(const caf::down_msg& dm) {
+    if (dm.source == coord_.address()) {
+      if (!finished_)
+        fail(fmt::format("the job's coordinator ended: {}", describe(dm.reason)));
+      return;
+    }
     if (dm.reason == caf::exit_reason::normal)
       return;
     for (auto& [ep, h] : hosts_) {
@@ -2297,7 +2221,7 @@ private:
         if (!s.retired && in_plan(s.key))
           had_ranks = true;
         s.retired = true;
-        gen_.votes.erase(s.key);
+        send(coord_, leave_atom::value, s.key);
       }
       if (done_)
         return maybe_finish();
@@ -2385,9 +2309,7 @@ private:
       phase("");
     events_.emit("phase.begin", {{"phase", "teardown"}});
     drop_unlaunched();
-    if (server_)
-      for (auto& [key, id] : current_)
-        server_->answer_slot(key, slot_not_in_job);
+    send(coord_, stop_atom::value); // ranks waiting for a generation hear there is none
     for (auto& [ep, h] : hosts_)
       if (h.colocator && h.st == ehost::status::ready)
         send(h.colocator, terminate_atom::value, static_cast<int32_t>(job_.kill_grace.count()));
@@ -2431,11 +2353,6 @@ private:
     } else if (kind == dl_start && !elastic_ && !all_started_ && !done_) {
       fail(fmt::format("start timeout ({} s) expired waiting for: {}",
                        job_.start_timeout.count() / 1000.0, start_waits_for()));
-    } else if (kind == dl_barrier && serial == (gen_.number & 0x0fffffff)) {
-      if (!gen_.released && !done_ && !finishing_)
-        on_barrier_deadline();
-      else
-        barrier_check_.reset();
     }
   }
 
@@ -2449,7 +2366,7 @@ private:
     for (auto& [ep, h] : hosts_)
       if (h.colocator)
         send_exit(h.colocator, caf::exit_reason::user_shutdown);
-    server_.reset();
+    send_exit(coord_, caf::exit_reason::user_shutdown); // its servers close with it
     for (auto& [key, fds] : output_fds_)
       for (int fd : fds)
         if (fd >= 0)
@@ -2501,7 +2418,7 @@ private:
     if (job_.prefix_timestamp) // horovodrun's format: the arrival time before the tag
       tag = fmt::format("{:%a %b %d %H:%M:%S %Y}{}", fmt::localtime(std::time(nullptr)), tag);
     write_lines(b.stream == 1 ? 2 : 1, b.lines, tag);
-    if (torch_store_ && !libuv_said_ && s)
+    if (job_.torch_store != torch_store_mode::off && !libuv_said_ && s)
       for (auto& line : b.lines)
         if (says_torch_lacks_libuv(line)) {
           libuv_said_ = true;
@@ -2559,9 +2476,10 @@ private:
   std::mt19937_64 rng_;
   std::string job_id_;
   clock_type::time_point started_;
-  std::shared_ptr<address_allowlist> allowlist_ = std::make_shared<address_allowlist>();
-  std::unique_ptr<rendezvous_server> server_;
-  std::unique_ptr<torch_store_server> torch_store_;
+  coordinator_full_actor coord_; // the job's servers, registrations, assignments, votes
+  std::string serve_bind_;        // where the servers listen (set with the first ready host)
+  std::optional<served> served_;  // ... once they do
+  uint64_t assign_serial_ = 0;    // the newest assignment asked of the coordinator
   int store_problems_ = 0;
   bool libuv_said_ = false; // torch_without_libuv_message was printed
   output_acks output_acks_;
@@ -2595,12 +2513,6 @@ private:
   generation gen_;            // the newest generation (released or forming)
   uint64_t released_gen_ = 0; // the last released one: its ranks hold the job's state
   std::vector<slot_info> released_plan_;
-  // Horovod's worker notification services by slot, and a change not yet told
-  std::map<std::string, worker_registration> registrations_;
-  uint64_t notify_pending_ = 0; // the generation whose change rank 0 has not been told
-  host_change notify_change_ = host_change::none;
-  int64_t last_notify_ts_ = 0;
-  std::optional<clock_type::time_point> barrier_check_; // the armed join-deadline check
   std::vector<host_slots> plan_hosts_;
   bool rejoin_wanted_ = false; // a rank that joined asks for the next generation
   bool rejoin_due_ = false;    // ... and no failure explained it in time

@@ -33,9 +33,10 @@ void enlist(colocator_actor::stateful_pointer<colocator_state> self, worker_acto
 } // namespace
 
 colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<colocator_state> self,
-                                            driver_actor driver, std::string job,
-                                            int32_t grace_ms) {
+                                            driver_actor driver, coordinator_actor coordinator,
+                                            std::string job, int32_t grace_ms) {
   self->state.driver = driver;
+  self->state.coordinator = coordinator;
   auto& node = settings_of(self->system());
   if (node.guardian) {
     self->link_to(node.guardian);
@@ -137,8 +138,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         std::vector<worker_actor> out;
         auto me = caf::actor_cast<colocator_actor>(self);
         for (auto id : slots) {
-          auto w = self->system().spawn<worker_actor>(worker_type_name,
-                                                      caf::make_message(me, st.driver, id));
+          auto w = self->system().spawn<worker_actor>(
+              worker_type_name, caf::make_message(me, st.driver, st.coordinator, id));
           out.push_back(w ? *w : worker_actor{});
           if (w) {
             st.by_slot[id] = *w;
@@ -287,9 +288,12 @@ void signal_rank(worker_ptr self, int32_t sig) {
 
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_state> self,
                                       colocator_actor colocator, driver_actor driver,
-                                      uint32_t rank) {
+                                      coordinator_actor coordinator, uint32_t rank) {
   self->state.driver = driver;
   self->state.rank = rank;
+  // Registration: the coordinator checks that the slot runs where it was placed.
+  if (coordinator)
+    self->send(coordinator, report_atom::value, rank, settings_of(self->system()).name);
   // A colocator that dies abnormally (node shutdown) takes its workers along.
   self->link_to(colocator);
   self->send(colocator, enlist_atom::value, caf::actor_cast<worker_actor>(self));

@@ -24,6 +24,7 @@ struct colocator_state {
       gpu_pool_held->release(gpu_owner); // the job's devices come back with its colocator
   }
   driver_actor driver;
+  coordinator_actor coordinator;     // the job's: each worker reports its host there
   std::vector<worker_actor> workers; // live workers of this node
   bool driver_gone = false;
   bool stopping = false;                      // the agent shuts down
@@ -36,10 +37,11 @@ struct colocator_state {
   static inline const char* name = "colocator";
 };
 
-/// Spawn arguments: the job's driver, the job id (for diagnostics) and the grace
-/// period between SIGTERM and SIGKILL when the driver disappears.
+/// Spawn arguments: the job's driver and coordinator, the job id (for diagnostics) and
+/// the grace period between SIGTERM and SIGKILL when the driver disappears.
 colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<colocator_state> self,
-                                            driver_actor driver, std::string job, int32_t grace_ms);
+                                            driver_actor driver, coordinator_actor coordinator,
+                                            std::string job, int32_t grace_ms);
 
 struct worker_state {
   worker_state() = default;
@@ -63,9 +65,10 @@ struct worker_state {
   static inline const char* name = "worker";
 };
 
-/// Spawn arguments: the node's colocator, the job's driver and the rank.
+/// Spawn arguments: the node's colocator, the job's driver and coordinator, and the
+/// slot id. The worker reports (slot id, this node's name) to the coordinator at once.
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_state> self,
                                       colocator_actor colocator, driver_actor driver,
-                                      uint32_t rank);
+                                      coordinator_actor coordinator, uint32_t rank);
 
 } // namespace cafhvd

@@ -6,6 +6,12 @@
 //   job ◀─output/exited── worker     job ◀─tstore── the torch store (protocol problems)
 //   guardian ──stop──▶ colocator ──stop──▶ worker          (the agent shuts down)
 //
+// The coordinator (one per job, beside the job actor; actors/coordinator.cpp):
+//   worker ──report(slot, host)──▶ coordinator      (each worker, when it is spawned)
+//   job ──serve/allow/assign/expect/barrier/release/leave/notify/stop──▶ coordinator
+//   job ◀──complete/rejoin/late/notified/event/tstore── coordinator
+//   rank ══HTTP rank_and_size, PUT worker_addresses══▶ coordinator's rendezvous server
+//
 // Executor mode (runtime/channel.hpp frames; payloads are opaque):
 //   owner ═frames═▶ job ──call──▶ worker ═frames═▶ rank process
 //   owner ◀═frames═ job ◀─result/log/chanfail── worker ◀═frames═ rank process
@@ -17,6 +23,7 @@
 
 #include <caf/all.hpp>
 
+#include "runtime/assignment.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 
@@ -55,6 +62,20 @@ using close_atom = caf::atom_constant<caf::atom("chclose")>;
 using control_atom = caf::atom_constant<caf::atom("control")>;
 using gpu_atom = caf::atom_constant<caf::atom("gpus")>;
 using workers_atom = caf::atom_constant<caf::atom("workers")>;
+// the coordinator
+using report_atom = caf::atom_constant<caf::atom("wreport")>;
+using serve_atom = caf::atom_constant<caf::atom("serve")>;
+using allow_atom = caf::atom_constant<caf::atom("allow")>;
+using assign_atom = caf::atom_constant<caf::atom("assign")>;
+using expect_atom = caf::atom_constant<caf::atom("expect")>;
+using barrier_atom = caf::atom_constant<caf::atom("barrier")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using gone_atom = caf::atom_constant<caf::atom("gone")>;
+using notify_atom = caf::atom_constant<caf::atom("notify")>;
+using complete_atom = caf::atom_constant<caf::atom("complete")>;
+using late_atom = caf::atom_constant<caf::atom("late")>;
+using event_atom = caf::atom_constant<caf::atom("event")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -179,7 +200,111 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
            x.stopped_by);
 }
 
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, slot_info& x) {
+  return f(caf::meta::type_name("slot_info"), x.hostname, x.rank, x.local_rank, x.cross_rank,
+           x.size, x.local_size, x.cross_size);
+}
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, host_slots& x) {
+  return f(caf::meta::type_name("host_slots"), x.hostname, x.slots);
+}
+
+/// The job's servers, started by the coordinator ("" error = up).
+struct served {
+  std::string error;
+  std::string address; // where both listen
+  uint16_t port = 0;       // rendezvous (Horovod's HTTP key/value protocol)
+  uint16_t store_port = 0; // torch's TCPStore (0: --torch-store off)
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, served& x) {
+  return f(caf::meta::type_name("served"), x.error, x.address, x.port, x.store_port);
+}
+
+/// A generation's ranks, or why there are none ("" error = a plan).
+struct assignment {
+  std::string error;
+  std::vector<slot_info> plan; // in rank order, local and cross ranks filled in
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, assignment& x) {
+  return f(caf::meta::type_name("assignment"), x.error, x.plan);
+}
+
+/// A slot whose running process a forming generation carries over: it must vote.
+struct carried_slot {
+  std::string key;        // host:local_rank
+  std::string host;
+  int64_t started_ns = 0; // when its process was asked for (steady clock)
+  uint64_t joined = 0;    // the last released generation it was answered for (0: none)
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, carried_slot& x) {
+  return f(caf::meta::type_name("carried_slot"), x.key, x.host, x.started_ns, x.joined);
+}
+
+/// A generation the job formed: the coordinator holds its barrier.
+struct barrier_spec {
+  uint64_t number = 0;
+  std::vector<slot_info> plan;
+  std::vector<std::string> fresh;     // slots whose processes start at the release
+  std::vector<carried_slot> carried;  // slots that vote before the release
+  std::string update;                 // /elastic/update's text for it
+  bool release_now = false;           // no barrier: generation 1, or a static job
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, barrier_spec& x) {
+  return f(caf::meta::type_name("barrier_spec"), x.number, x.plan, x.fresh, x.carried, x.update,
+           x.release_now);
+}
+
 // -- interfaces ----------------------------------------------------------------------
+
+/// The part of the coordinator that node-side actors talk to: each worker reports the
+/// host it runs on (its node agent's name) and its slot when it is spawned.
+using coordinator_actor =
+    caf::typed_actor<caf::reacts_to<report_atom, uint32_t, std::string>>;
+
+/// The coordinator's interface for its job (and the rendezvous server's threads).
+using coordinator_full_actor = coordinator_actor::extend<
+    // start the rendezvous server and torch store on this address
+    caf::replies_to<serve_atom, std::string>::with<served>,
+    // the servers admit this host's addresses (host name, addresses)
+    caf::reacts_to<allow_atom, std::string, std::vector<std::string>>,
+    // a generation's ranks over these hosts (Horovod's algorithm): min np, max np (0: none)
+    caf::replies_to<assign_atom, std::vector<host_slots>, int32_t, int32_t>::with<assignment>,
+    // workers of these slots are being spawned on this host: answered when each reported
+    // (per slot "" or what was wrong: another host, no report before the start timeout)
+    caf::replies_to<expect_atom, std::vector<uint32_t>, std::string>::with<
+        std::vector<std::string>>,
+    caf::reacts_to<barrier_atom, barrier_spec>, // a generation formed
+    caf::reacts_to<release_atom, uint64_t>,     // the job releases generation G
+    caf::reacts_to<leave_atom, std::string>,    // the slot is not in the job: answered -1
+    caf::reacts_to<gone_atom, std::string>,     // the slot's process ended
+    // generation G changed the hosts of running ranks (host_change as a number): tell
+    // rank 0's notification service
+    caf::reacts_to<notify_atom, uint64_t, uint8_t>,
+    caf::reacts_to<stop_atom>, // no generation follows: every vote is answered -1
+    // from the rendezvous server's thread: GET /rank_and_size/<host>:<lr>, and
+    // PUT /worker_addresses/<host>:<lr> (body)
+    caf::reacts_to<vote_atom, std::string, int32_t>,
+    caf::reacts_to<register_atom, std::string, int32_t, std::string>,
+    // from a notification thread: (G, slot, "" or why not)
+    caf::reacts_to<notified_atom, uint64_t, std::string, std::string>,
+    caf::reacts_to<deadline_atom, uint64_t>>; // a barrier or registration deadline
+
+/// What the coordinator tells its job.
+using coordinator_client_actor = caf::typed_actor<
+    caf::reacts_to<complete_atom, uint64_t>, // every slot generation G carries over voted
+    // a slot that joined the released generation asks for the next one (it saw a failure)
+    caf::reacts_to<rejoin_atom, std::string>,
+    // generation G's join deadlines passed: slots that never joined (--start-timeout) and
+    // slots that held state (--elastic-timeout)
+    caf::reacts_to<late_atom, uint64_t, std::vector<std::string>, std::vector<std::string>>,
+    caf::reacts_to<notified_atom, uint64_t, std::string, std::string>, // as above
+    caf::reacts_to<tstore_atom, std::string>,                        // a torch store problem
+    caf::reacts_to<event_atom, std::string, std::string>>; // for the event log: name, JSON
+
 
 /// The part of the driver that node-side actors talk to. Output and executor logs are
 /// requests so that the worker holds a bounded number in flight (flow control end to

@@ -70,7 +70,7 @@ driver_actor::behavior_type fake_driver() {
 TEST_CASE_FIXTURE(fixture,
                   "an agent's stop escalates: SIGTERM with the reason, SIGKILL after grace") {
   auto driver = sys.spawn(fake_driver);
-  auto colocator = sys.spawn(colocator_fn, driver, std::string{"job"}, int32_t{5000});
+  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{5000});
   auto log = std::make_shared<worker_log>();
   auto worker = sys.spawn(fake_worker, log);
   caf::anon_send(colocator, enlist_atom::value, worker);
@@ -96,7 +96,7 @@ TEST_CASE_FIXTURE(fixture,
 
 TEST_CASE_FIXTURE(fixture, "a driver's teardown escalates too, and a lost driver stops the ranks") {
   auto driver = sys.spawn(fake_driver);
-  auto colocator = sys.spawn(colocator_fn, driver, std::string{"job"}, int32_t{2000});
+  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{2000});
   auto log = std::make_shared<worker_log>();
   caf::anon_send(colocator, enlist_atom::value, sys.spawn(fake_worker, log));
   sched.run();
@@ -113,7 +113,7 @@ TEST_CASE_FIXTURE(fixture,
   auto guardian = spawn_guardian(sys);
   auto driver = sys.spawn(fake_driver);
   auto log = std::make_shared<worker_log>();
-  auto colocator = sys.spawn(colocator_fn, driver, std::string{"job"}, int32_t{1000});
+  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{1000});
   caf::anon_send(guardian, enlist_atom::value, caf::actor_cast<caf::actor>(colocator));
   caf::anon_send(colocator, enlist_atom::value, sys.spawn(fake_worker, log));
   sched.run();

@@ -44,11 +44,15 @@ struct node_log {
   int32_t gpus_taken = 0;          // ... of which other jobs hold the first N
   std::map<std::string, std::vector<int32_t>> lent; // node -> devices lent to the job
   size_t next_name = 0;
+  std::map<uint32_t, std::string> worker_host;       // slot id -> its colocator's node
+  std::map<std::string, std::string> report_as;      // node -> the host its workers report
+  bool silent_workers = false;                       // workers never report their host
 };
 node_log* the_log = nullptr;
 
 colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, driver_actor driver,
-                                              std::string, int32_t grace_ms) {
+                                              coordinator_actor coordinator, std::string,
+                                              int32_t grace_ms) {
   std::string name = the_log->next_name < the_log->names.size()
                          ? the_log->names[the_log->next_name++]
                          : std::string{"fake"};
@@ -74,8 +78,9 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
         std::vector<worker_actor> out;
         auto me = caf::actor_cast<colocator_actor>(self);
         for (auto id : slots) {
-          auto w = self->system().spawn<worker_actor>(worker_type_name,
-                                                      caf::make_message(me, driver, id));
+          the_log->worker_host[id] = name;
+          auto w = self->system().spawn<worker_actor>(
+              worker_type_name, caf::make_message(me, driver, coordinator, id));
           out.push_back(w ? *w : worker_actor{});
         }
         return out;
@@ -128,8 +133,15 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
 
 // A rank's process that ends the moment it is signalled (unless it traps SIGTERM).
 worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_actor,
-                                        driver_actor driver, uint32_t id) {
+                                        driver_actor driver, coordinator_actor coordinator,
+                                        uint32_t id) {
   the_log->workers[id] = caf::actor_cast<worker_actor>(self);
+  // registration: the host it runs on (a test may make it lie)
+  auto host = the_log->worker_host[id];
+  if (auto it = the_log->report_as.find(host); it != the_log->report_as.end())
+    host = it->second;
+  if (!the_log->silent_workers)
+    self->send(coordinator, report_atom::value, id, host);
   return {
       [=](launch_atom, launch_spec& spec) -> int32_t {
         the_log->envs[id] = spec.env;
@@ -233,9 +245,20 @@ struct fixture {
     caf::anon_send(caf::actor_cast<caf::actor>(job), discover_atom::value, true, text);
     sched.run();
   }
+  // A rank's GET /rank_and_size/<host>:<lr>, as the rendezvous server hands it to the
+  // job's coordinator.
   void vote(const std::string& host, int lr) {
-    caf::anon_send(caf::actor_cast<caf::actor>(job), vote_atom::value, host, int32_t{lr});
+    caf::anon_send(coordinator(), vote_atom::value, host, int32_t{lr});
     sched.run();
+  }
+  coordinator_full_actor coordinator() {
+    caf::scoped_actor self{sys};
+    auto h = self->request(caf::actor_cast<caf::actor>(job), caf::infinite, caf::get_atom::value);
+    sched.run();
+    coordinator_full_actor out;
+    h.receive([&](coordinator_full_actor c) { out = c; }, [](caf::error&) {});
+    REQUIRE(out);
+    return out;
   }
   std::vector<nlohmann::json> events() {
     std::ifstream in{events_path};
@@ -425,10 +448,10 @@ TEST_CASE_FIXTURE(fixture, "elastic: a fresh slot whose host leaves before the r
   start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
   discover("a:1:1\n");
   discover("a:1:1\nb:2:1\n");     // generation 2: b's slot waits for the release
-  discover("a:1:1\nc:3:1\n");     // b leaves before it (generation 3), c comes (4)
-  vote("a", 0);
+  discover("a:1:1\nc:3:1\n");     // b leaves before it, c comes: generation 3 is a and c
+  vote("a", 0);                   // (the plan of a alone was superseded before it came)
   CHECK(names_of("generation.released")
-        == std::vector<std::string>{"generation.released:1", "generation.released:4"});
+        == std::vector<std::string>{"generation.released:1", "generation.released:3"});
   CHECK(names_of("host.lost").empty());
   REQUIRE(log.envs.size() == 2); // a's, then c's with generation 3's plan; b never ran
   CHECK(env_value(log.envs[slot_on("c", 0)], "HOROVOD_SIZE") == "2");
@@ -698,4 +721,44 @@ TEST_CASE_FIXTURE(fixture, "GPU job: the node lends np x gpus_per_slot devices b
       exit(slot_of_rank(r), 0);
     CHECK(job_ended());
   }
+}
+
+TEST_CASE_FIXTURE(fixture, "registration: a worker that reports another host than its slot's "
+                           "fails the job, naming both, before anything is launched") {
+  log.report_as["fake"] = "elsewhere";
+  events_path = fmt::format("/tmp/caf-hvd-job-test-{}.jsonl", ::getpid());
+  start(2, std::chrono::milliseconds(1000), [&](job_config& c) { c.events_file = events_path; });
+  CHECK(log.envs.empty()); // nothing launched
+  CHECK(job_ended());
+  CHECK(result->exit_code == 1);
+  std::string cause;
+  for (auto& e : events())
+    if (e["name"] == "job.end")
+      cause = e["context"]["cause"].get<std::string>();
+  CHECK(cause.find("its worker reports host 'elsewhere' but the slot was placed on 'fake'")
+        != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "registration: a worker that never reports its host is named when the "
+                           "start timeout passes") {
+  log.silent_workers = true;
+  events_path = fmt::format("/tmp/caf-hvd-job-test-{}.jsonl", ::getpid());
+  start(1, std::chrono::milliseconds(1000), [&](job_config& c) {
+    c.events_file = events_path;
+    c.start_timeout = std::chrono::milliseconds(2000);
+  });
+  CHECK(log.envs.empty());
+  for (int i = 0; i < 5 && !job_ended(); ++i) {
+    sched.trigger_timeouts();
+    sched.run();
+  }
+  CHECK(job_ended());
+  CHECK(result->exit_code == 1);
+  std::string causes;
+  for (auto& e : events())
+    if (e["name"] == "failure" || e["name"] == "job.end")
+      causes += e["context"]["cause"].dump();
+  MESSAGE(causes);
+  CHECK((causes.find("did not report its host") != std::string::npos
+         || causes.find("rank 0 on fake (its worker)") != std::string::npos));
 }

@@ -1,0 +1,442 @@
+// The coordinator actor (see the header): the job's servers, the workers' registrations,
+// assignments, the rank_and_size barrier and Horovod's notification services.
+#include "actors/coordinator.hpp"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/driver_util.hpp"
+#include "runtime/allowlist.hpp"
+#include "runtime/elastic.hpp"
+#include "runtime/generation.hpp"
+#include "runtime/horovod_wire.hpp"
+#include "runtime/rendezvous_server.hpp"
+#include "runtime/torch_store.hpp"
+
+namespace cafhvd {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// deadline_atom kinds (low 4 bits; the rest is a serial number)
+enum : uint64_t { dl_barrier = 1, dl_reports = 2 };
+
+class coordinator : public coordinator_full_actor::base {
+public:
+  coordinator(caf::actor_config& cfg, coordinator_config config, coordinator_client_actor job)
+      : coordinator_full_actor::base(cfg), cfg_(config), job_(std::move(job)) {}
+
+  behavior_type make_behavior() override {
+    return {
+        [this](report_atom, uint32_t slot, std::string& host) { on_report(slot, host); },
+        [this](serve_atom, std::string& bind) { return serve(bind); },
+        [this](allow_atom, std::string& host, std::vector<std::string>& addresses) {
+          allowlist_->add_host(host, addresses);
+        },
+        [this](assign_atom, std::vector<host_slots>& hosts, int32_t min_np,
+               int32_t max_np) -> assignment {
+          try {
+            return {{},
+                    get_host_assignments(hosts, min_np,
+                                         max_np > 0 ? std::optional<int>(max_np) : std::nullopt)};
+          } catch (const std::exception& e) {
+            return {e.what(), {}};
+          }
+        },
+        [this](expect_atom, std::vector<uint32_t>& ids, std::string& host) {
+          return expect(std::move(ids), std::move(host));
+        },
+        [this](barrier_atom, barrier_spec& spec) { on_barrier(std::move(spec)); },
+        [this](release_atom, uint64_t g) {
+          if (g == gen_.number && !gen_.released)
+            release();
+        },
+        [this](leave_atom, std::string& key) { leave(key); },
+        [this](gone_atom, std::string& key) {
+          registrations_.erase(key); // its notification service ended with it
+        },
+        [this](notify_atom, uint64_t g, uint8_t change) {
+          notify_pending_ = g;
+          notify_change_ = change;
+          send_notification();
+        },
+        [this](stop_atom) {
+          closed_ = true;
+          for (auto& key : gen_.votes)
+            answer(key, slot_not_in_job);
+          gen_.votes.clear();
+        },
+        [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
+        [this](register_atom, std::string& host, int32_t lr, std::string& body) {
+          on_register(host, lr, body);
+        },
+        [this](notified_atom, uint64_t g, std::string& key, std::string& problem) {
+          send(job_, notified_atom::value, g, key, problem);
+        },
+        [this](deadline_atom, uint64_t which) { on_deadline(which); },
+    };
+  }
+
+private:
+  template <class... Ts> void log(fmt::format_string<Ts...> f, Ts&&... xs) {
+    if (cfg_.verbose)
+      write_all(2, fmt::format("caf-hvd [{:>5} ms] coordinator: {}\n",
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   clock_type::now() - cfg_.started)
+                                   .count(),
+                               fmt::format(f, std::forward<Ts>(xs)...)));
+  }
+
+  template <class... Ts> void say(fmt::format_string<Ts...> f, Ts&&... xs) {
+    write_all(2, fmt::format("caf-hvd: {}\n", fmt::format(f, std::forward<Ts>(xs)...)));
+  }
+
+  void event(const char* name, const nlohmann::json& context) {
+    send(job_, event_atom::value, std::string{name}, context.dump());
+  }
+
+  void answer(const std::string& key, const std::string& body) {
+    if (server_)
+      server_->answer_slot(key, body);
+  }
+
+  // -- servers ----------------------------------------------------------------------------
+
+  served serve(const std::string& bind) {
+    if (server_)
+      return {{}, server_->address(), server_->port(), store_ ? store_->port() : uint16_t{0}};
+    auto warn = [](const std::string& what) {
+      write_all(2, fmt::format("caf-hvd: warning: {}\n", what));
+    };
+    try {
+      rendezvous_options o;
+      o.bind = bind;
+      o.allowlist = allowlist_;
+      o.on_refused = warn;
+      server_ = std::make_unique<rendezvous_server>(o);
+    } catch (const std::exception& e) {
+      return {e.what(), {}, 0, 0};
+    }
+    auto hdl = caf::actor_cast<coordinator_full_actor>(this);
+    if (cfg_.elastic) {
+      server_->enable_elastic(
+          [hdl](const std::string& host, int lr) {
+            caf::anon_send(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
+          },
+          [hdl](const std::string& host, int lr, const std::string& body) {
+            caf::anon_send(hdl, register_atom::value, host, static_cast<int32_t>(lr), body);
+          });
+      server_->set_update(0, "generation 0\nchange none\n");
+    }
+    log("rendezvous server on {}:{}", bind, server_->port());
+    event("rendezvous", {{"address", bind}, {"port", server_->port()}});
+    // torch's store lives next to it for the whole job, so MASTER_ADDR/PORT outlive any
+    // host; each released generation gets a fresh key space (torchrun starts a new store
+    // for each restart).
+    if (cfg_.torch_store != torch_store_mode::off) {
+      try {
+        auto job = job_;
+        store_ = std::make_unique<torch_store_server>(
+            bind, uint16_t{0},
+            [job](const std::string& problem) {
+              caf::anon_send(job, tstore_atom::value, "on the driver: " + problem);
+            },
+            torch_store_limits{}, allowlist_, warn);
+      } catch (const std::exception& e) {
+        server_.reset();
+        return {e.what(), {}, 0, 0};
+      }
+      log("torch store on {}:{}", bind, store_->port());
+      event("torch_store", {{"address", bind}, {"port", store_->port()}});
+    }
+    return {{}, server_->address(), server_->port(), store_ ? store_->port() : uint16_t{0}};
+  }
+
+  // -- the workers' registrations -----------------------------------------------------------
+  // Each worker reports (slot, host) when it starts; the job asks for a batch of slots
+  // it placed on one host and hears, per slot, whether its worker runs there.
+
+  struct expectation {
+    std::vector<uint32_t> ids;
+    std::string host;
+    caf::typed_response_promise<std::vector<std::string>> rp;
+  };
+
+  caf::result<std::vector<std::string>> expect(std::vector<uint32_t> ids, std::string host) {
+    auto serial = next_expectation_++;
+    auto rp = make_response_promise<std::vector<std::string>>();
+    expected_.emplace(serial, expectation{std::move(ids), std::move(host), rp});
+    delayed_send(this, cfg_.start_timeout, deadline_atom::value, dl_reports | (serial << 4));
+    check_reports(serial, false);
+    return rp;
+  }
+
+  void on_report(uint32_t slot, const std::string& host) {
+    reports_[slot] = host;
+    for (auto& [serial, e] : expected_)
+      if (std::find(e.ids.begin(), e.ids.end(), slot) != e.ids.end())
+        return check_reports(serial, false);
+  }
+
+  // Answers the batch once every worker reported, or at its deadline.
+  void check_reports(uint64_t serial, bool deadline) {
+    auto it = expected_.find(serial);
+    if (it == expected_.end())
+      return;
+    auto& e = it->second;
+    std::vector<std::string> out;
+    for (auto id : e.ids) {
+      auto r = reports_.find(id);
+      if (r == reports_.end()) {
+        if (!deadline)
+          return; // still waiting
+        out.push_back(fmt::format("its worker did not report its host within {} s "
+                                  "(--start-timeout)",
+                                  cfg_.start_timeout.count() / 1000.0));
+        continue;
+      }
+      out.push_back(r->second == e.host
+                        ? std::string{}
+                        : fmt::format("its worker reports host '{}' but the slot was placed on "
+                                      "'{}'",
+                                      r->second, e.host));
+    }
+    for (auto id : e.ids)
+      reports_.erase(id);
+    e.rp.deliver(std::move(out));
+    expected_.erase(it);
+  }
+
+  // -- the barrier ---------------------------------------------------------------------------
+  // A forming generation is released when every process it carries over voted with
+  // GET /rank_and_size/<host>:<lr>; fresh slots never vote (their processes start at the
+  // release with the released plan in their environment).
+
+  void on_barrier(barrier_spec spec) {
+    auto old_votes = std::move(gen_.votes);
+    gen_ = generation{spec.number, std::move(spec.plan), clock_type::now()};
+    gen_.fresh.insert(spec.fresh.begin(), spec.fresh.end());
+    carried_.clear();
+    for (auto& c : spec.carried)
+      carried_[c.key] = slot_process{c.key, c.host,
+                                     clock_type::time_point{std::chrono::nanoseconds{c.started_ns}},
+                                     c.joined, true};
+    for (auto& [key, row] : gen_.rows)
+      left_.erase(key);
+    barrier_check_.reset();
+    // Votes that wait for this generation carry over; the others are answered -1.
+    for (auto& key : old_votes) {
+      if (carried_.count(key))
+        gen_.votes.insert(key);
+      else
+        answer(key, slot_not_in_job);
+    }
+    if (cfg_.elastic && server_)
+      server_->set_update(gen_.number, spec.update);
+    if (spec.release_now)
+      return release();
+    schedule_barrier_check();
+    check_complete();
+  }
+
+  void on_vote(const std::string& host, int32_t lr) {
+    auto key = slot_key(host, lr);
+    // A slot votes when a process of it runs in the job: one the forming plan carries
+    // over, or any of the released plan (it asks for the next generation). A fresh slot
+    // of a forming plan has no process yet (it starts with the release).
+    bool member = !closed_ && gen_.has(key) && !left_.count(key)
+                  && (gen_.released || carried_.count(key) > 0);
+    if (!member) {
+      log("vote of {} which is not in generation {}: answered -1", key, gen_.number);
+      return answer(key, slot_not_in_job);
+    }
+    if (!gen_.released) {
+      if (gen_.votes.insert(key).second)
+        log("vote of {} for generation {} ({} of {})", key, gen_.number, gen_.votes.size(),
+            carried_.size());
+      if (!gen_.first_vote) {
+        gen_.first_vote = clock_type::now();
+        schedule_barrier_check();
+      }
+      return check_complete();
+    }
+    // It already joined this generation: it asks for the next one (it saw a failure).
+    gen_.votes.insert(key);
+    send(job_, rejoin_atom::value, key);
+  }
+
+  void check_complete() {
+    if (gen_.released || closed_ || !gen_.complete())
+      return;
+    log("generation {}: all {} ranks it carries over joined", gen_.number, carried_.size());
+    send(job_, complete_atom::value, gen_.number);
+  }
+
+  // The plan becomes the servers': the store gets a fresh key space, held votes are
+  // answered with their places.
+  void release() {
+    gen_.released = true;
+    gen_.votes.clear();
+    barrier_check_.reset();
+    if (cfg_.elastic && store_ && gen_.number > 1)
+      store_->clear(); // before anyone learns its rank in the new plan
+    released_plan_ = gen_.plan;
+    if (!server_)
+      return;
+    if (cfg_.elastic)
+      server_->release(gen_.plan);
+    else
+      server_->init(gen_.plan);
+  }
+
+  // The slot is not in the job any more: a held vote is answered -1, later ones too
+  // until a generation takes it again.
+  void leave(const std::string& key) {
+    answer(key, slot_not_in_job);
+    gen_.votes.erase(key);
+    left_.insert(key);
+  }
+
+  join_deadline deadline_of(const std::string& key) {
+    auto it = carried_.find(key);
+    return it == carried_.end()
+               ? join_deadline{}
+               : deadline_for(gen_, it->second, cfg_.start_timeout, cfg_.elastic_timeout);
+  }
+
+  // Arms one check for the earliest join deadline of the forming generation.
+  void schedule_barrier_check() {
+    if (gen_.released || closed_)
+      return;
+    std::optional<clock_type::time_point> next;
+    for (auto& key : gen_.missing())
+      if (auto d = deadline_of(key); d.kind != deadline_kind::none && (!next || d.at < *next))
+        next = d.at;
+    if (!next || (barrier_check_ && *barrier_check_ <= *next))
+      return;
+    barrier_check_ = next;
+    auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(*next - clock_type::now());
+    delayed_send(this, std::max(delay, std::chrono::milliseconds(0)) + std::chrono::milliseconds(1),
+                 deadline_atom::value, dl_barrier | (gen_.number << 4));
+  }
+
+  void on_deadline(uint64_t which) {
+    auto kind = which & 0xf;
+    auto serial = which >> 4;
+    if (kind == dl_reports)
+      return check_reports(serial, true);
+    if (kind != dl_barrier || serial != gen_.number)
+      return;
+    barrier_check_.reset();
+    if (gen_.released || closed_)
+      return;
+    auto now = clock_type::now();
+    std::vector<std::string> fresh, carrying;
+    for (auto& key : gen_.missing()) {
+      auto d = deadline_of(key);
+      if (d.kind == deadline_kind::none || now < d.at || left_.count(key))
+        continue;
+      (d.kind == deadline_kind::fresh ? fresh : carrying).push_back(key);
+    }
+    if (fresh.empty() && carrying.empty())
+      return schedule_barrier_check();
+    send(job_, late_atom::value, gen_.number, std::move(fresh), std::move(carrying));
+  }
+
+  // -- Horovod's worker notification services --------------------------------------------
+  // Running Horovod workers learn that hosts were added or removed only from a
+  // HostsUpdatedRequest to rank 0's notification service (rank 0 spreads it at its next
+  // commit; every rank then re-joins through rank_and_size). Each worker registers its
+  // service with PUT /worker_addresses/<host>:<lr>: an unauthenticated pickle, decoded
+  // by a decoder that accepts only (addresses, key). The key is never logged.
+
+  void on_register(const std::string& host, int32_t lr, const std::string& body) {
+    auto key = slot_key(host, lr);
+    auto reg = decode_worker_registration(body);
+    if (!reg.value) {
+      say("warning: refused the notification service registration of {}: {}", key, reg.error);
+      event("notify.refused", {{"slot", key}, {"cause", reg.error}});
+      return;
+    }
+    auto where = to_string(*reg.value);
+    log("{} registered its notification service at {}", key, where);
+    event("notify.registered", {{"slot", key}, {"addresses", where}});
+    registrations_[key] = std::move(*reg.value);
+    if (notify_pending_ == gen_.number && !gen_.released && key == released_rank0())
+      send_notification();
+  }
+
+  // The slot of rank 0 of the last released plan ("" if none).
+  std::string released_rank0() const {
+    for (auto& row : released_plan_)
+      if (row.rank == 0)
+        return slot_key(row.hostname, row.local_rank);
+    return {};
+  }
+
+  void send_notification() {
+    auto key = released_rank0();
+    if (key.empty() || left_.count(key))
+      return; // rank 0 is gone: its peers see that for themselves
+    auto it = registrations_.find(key);
+    if (it == registrations_.end()) {
+      // Sent when it registers (a Horovod worker does so in hvd.elastic.run).
+      log("rank 0 ({}) has no notification service yet; running ranks learn of generation {} "
+          "through /elastic/update, or when it registers",
+          key, gen_.number);
+      return;
+    }
+    notify_pending_ = 0;
+    // Horovod's workers keep only updates newer than the last one (whole seconds).
+    auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+    last_notify_ts_ = std::max<int64_t>(now, last_notify_ts_ + 1);
+    auto hdl = caf::actor_cast<coordinator_full_actor>(this);
+    std::thread{[hdl, reg = it->second, ts = last_notify_ts_,
+                 res = static_cast<unsigned>(notify_change_), g = gen_.number, key] {
+      auto r = notify_hosts_updated(reg, ts, res, std::chrono::milliseconds(3000));
+      caf::anon_send(hdl, notified_atom::value, g, key, r.ok ? std::string{} : to_string(r));
+    }}.detach();
+  }
+
+  coordinator_config cfg_;
+  coordinator_client_actor job_;
+  std::shared_ptr<address_allowlist> allowlist_ = std::make_shared<address_allowlist>();
+  std::unique_ptr<rendezvous_server> server_;
+  std::unique_ptr<torch_store_server> store_;
+
+  std::map<uint32_t, std::string> reports_; // slot id -> the host its worker reported
+  std::map<uint64_t, expectation> expected_;
+  uint64_t next_expectation_ = 1;
+
+  generation gen_; // the newest generation (released or forming)
+  std::map<std::string, slot_process> carried_; // ... the processes it waits for
+  std::set<std::string> left_;                  // slots the job let go
+  std::optional<clock_type::time_point> barrier_check_;
+  std::vector<slot_info> released_plan_;
+  bool closed_ = false;
+
+  std::map<std::string, worker_registration> registrations_;
+  uint64_t notify_pending_ = 0; // the generation whose change rank 0 has not been told
+  uint8_t notify_change_ = 0;
+  int64_t last_notify_ts_ = 0;
+};
+
+} // namespace
+
+coordinator_full_actor spawn_coordinator(caf::actor_system& sys, coordinator_config config,
+                                         coordinator_client_actor job) {
+  return sys.spawn<coordinator>(std::move(config), std::move(job));
+}
+
+} // namespace cafhvd
