@@ -745,79 +745,18 @@ int local_slots(const job_options& o, std::optional<int> np) {
   return np ? *np : static_cast<int>(total);
 }
 
-// The allocation's node addresses as Slurm knows them (NodeAddr), from one
-// `sinfo -N -o "%N %o"`; a node Slurm does not name an address for is left out.
-std::map<std::string, std::string> slurm_node_addresses() {
-  std::map<std::string, std::string> out;
-  if (FILE* p = ::popen("sinfo -h -N -o '%N %o' 2>/dev/null", "r")) {
-    char buf[512];
-    std::string text;
-    while (std::fgets(buf, sizeof(buf), p))
-      text += buf;
-    ::pclose(p);
-    std::istringstream in{text};
-    std::string name, addr;
-    while (in >> name >> addr)
-      if (addr != "(null)")
-        out.emplace(name, addr);
-  }
-  return out;
-}
-
-// What --launcher ssh and --launcher slurm share: the agent binary, the credentials the
-// agents use, the shim that ties the launcher to this process, the deadline.
-ssh_options launcher_options(const job_options& o, const job_config& job,
-                             const std::optional<cluster_credentials>& creds) {
-  ssh_options so;
-  so.agent_path = o.agent_path.empty() ? executable_dir() + "/caf-hvd" : o.agent_path;
-  so.cluster_dir = creds ? creds->dir : std::string{};
-  so.shim = shim_path();
-  so.timeout = job.start_timeout;
-  so.link_timeout = o.link_timeout;
-  return so;
-}
-
-// --launcher ssh: an agent on every host that gets ranks, unless one already answers at
-// the host's port; all sessions at once (64 at a time), every failure named.
-int start_agents_over_ssh(const job_options& o, job_config& job,
-                          const std::optional<cluster_credentials>& creds,
-                          std::unique_ptr<ssh_agents>& agents) {
-  auto so = launcher_options(o, job, creds);
-  so.client = o.ssh_command;
-  so.port = o.ssh_port;
-  so.identity = o.ssh_identity;
-  so.extra = o.ssh_options;
-  std::vector<std::pair<std::string, uint16_t>> endpoints;
+// The hosts that get ranks, as the launchers see them.
+std::vector<launch_target> launch_targets(const job_config& job) {
+  std::vector<launch_target> targets;
   for (size_t i = 0; i < job.addresses.size(); ++i)
-    endpoints.emplace_back(job.addresses[i], job.hosts[i].port);
-  auto answering = check_tcp_reachable(endpoints, std::chrono::milliseconds(1000));
-  std::vector<ssh_host> wanted;
-  std::vector<size_t> which;
-  for (size_t i = 0; i < job.addresses.size(); ++i) {
-    if (answering[i].empty())
-      continue; // an agent is there already: reused
-    auto host = job.hosts[i].host;
-    auto name = host.substr(host.find('@') == std::string::npos ? 0 : host.find('@') + 1);
-    wanted.push_back({host, name, job.addresses[i]});
-    which.push_back(i);
-  }
-  if (wanted.empty())
-    return 0;
-  std::vector<ssh_result> results;
-  agents = std::make_unique<ssh_agents>(so, wanted, results);
-  std::string report;
-  for (size_t k = 0; k < wanted.size(); ++k) {
-    if (results[k].port == 0)
-      report += fmt::format("\n  host {}: {}", wanted[k].host, results[k].error);
-    else
-      job.hosts[which[k]].port = results[k].port;
-  }
-  if (!report.empty()) {
-    std::cerr << "caf-hvd: error: cannot start node agents over ssh:" << report << "\n";
-    agents.reset();
-    return 1;
-  }
-  return 0;
+    targets.push_back({job.hosts[i].host, job.addresses[i], job.hosts[i].port});
+  return targets;
+}
+
+// The agents' ports, as the launcher found them.
+void take_ports(const std::vector<launch_target>& targets, job_config& job) {
+  for (size_t i = 0; i < targets.size(); ++i)
+    job.hosts[i].port = targets[i].port;
 }
 
 int run_job(int argc, char** argv, bool embedded) {
@@ -1109,33 +1048,43 @@ int run_job(int argc, char** argv, bool embedded) {
     creds = credentials_for(vm, o.cluster, cert_role::driver);
     job.tls = creds.has_value();
   }
+  launcher_config launcher;
+  launcher.kind = o.launcher;
+  launcher.ssh_command = o.ssh_command;
+  launcher.ssh_port = o.ssh_port;
+  launcher.ssh_identity = o.ssh_identity;
+  launcher.ssh_extra = o.ssh_options;
+  launcher.agent_path = o.agent_path;
+  launcher.srun_command = o.srun_command;
+  launcher.link_timeout = o.link_timeout;
   std::unique_ptr<srun_agents> step;
   if (o.launcher == "slurm") {
     block_termination_signals(); // before the step's reader thread exists (see below)
-    auto so = launcher_options(o, job, creds);
-    so.client = o.srun_command;
-    std::vector<std::string> names;
-    for (size_t i = 0; i < job.addresses.size(); ++i)
-      names.push_back(job.hosts[i].host);
-    std::vector<uint16_t> ports;
-    std::string error;
-    step = std::make_unique<srun_agents>(so, names, ports, error);
-    if (!error.empty()) {
+    auto so = launcher_options(launcher, creds ? creds->dir : std::string{}, shim_path(),
+                               job.start_timeout);
+    auto targets = launch_targets(job);
+    if (auto error = start_agents_over_srun(so, targets, step); !error.empty()) {
       std::cerr << fmt::format("caf-hvd: error: cannot start node agents with {}: {}\n",
                                o.srun_command, error);
       step.reset();
       return 1;
     }
-    for (size_t i = 0; i < ports.size(); ++i)
-      job.hosts[i].port = ports[i];
+    take_ports(targets, job);
   }
   std::unique_ptr<ssh_agents> agents;
   if (o.launcher == "ssh") {
     // before the sessions' reader threads exist: they inherit the mask, and a SIGINT
     // that one of them took would end the driver without stopping anything
     block_termination_signals();
-    if (auto rc = start_agents_over_ssh(o, job, creds, agents); rc != 0)
-      return rc;
+    auto so = launcher_options(launcher, creds ? creds->dir : std::string{}, shim_path(),
+                               job.start_timeout);
+    auto targets = launch_targets(job);
+    if (auto report = start_agents_over_ssh(so, targets, agents); !report.empty()) {
+      std::cerr << "caf-hvd: error: cannot start node agents over ssh:" << report << "\n";
+      agents.reset();
+      return 1;
+    }
+    take_ports(targets, job);
   }
   if (!embedded && !elastic) {
     // Every node agent must accept TCP before CAF connects (see check_tcp_reachable).
