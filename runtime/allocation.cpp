@@ -2,6 +2,7 @@
 #include "runtime/allocation.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -209,6 +210,27 @@ std::optional<allocation> detect_allocation(uint16_t port,
     return a;
   }
   return std::nullopt;
+}
+
+std::map<std::string, std::string> parse_slurm_node_addresses(const std::string& sinfo_output) {
+  std::map<std::string, std::string> out;
+  std::istringstream in{sinfo_output};
+  std::string name, addr;
+  while (in >> name >> addr)
+    if (addr != "(null)")
+      out.emplace(name, addr);
+  return out;
+}
+
+std::map<std::string, std::string> slurm_node_addresses() {
+  std::string text;
+  if (FILE* p = ::popen("sinfo -h -N -o '%N %o' 2>/dev/null", "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof(buf), p))
+      text += buf;
+    ::pclose(p);
+  }
+  return parse_slurm_node_addresses(text);
 }
 
 } // namespace cafhvd

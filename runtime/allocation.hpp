@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,5 +43,13 @@ struct allocation {
 std::optional<allocation> detect_allocation(
     uint16_t port = default_node_port,
     const std::function<const char*(const char*)>& env = nullptr);
+
+/// The node addresses in `sinfo -h -N -o '%N %o'` output ("NAME NODEADDR" per line):
+/// NAME -> NODEADDR; a node whose address is "(null)" is left out.
+std::map<std::string, std::string> parse_slurm_node_addresses(const std::string& sinfo_output);
+
+/// The allocation's node addresses as Slurm knows them (NodeAddr), from one run of
+/// sinfo; empty when sinfo is missing or fails.
+std::map<std::string, std::string> slurm_node_addresses();
 
 } // namespace cafhvd

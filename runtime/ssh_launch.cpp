@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/env.hpp"
+#include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
 
 extern char** environ;
@@ -289,6 +290,70 @@ srun_agents::srun_agents(const ssh_options& o, const std::vector<std::string>& n
 srun_agents::~srun_agents() {
   step_->end(std::chrono::steady_clock::now() + std::chrono::seconds(10));
   step_->child.reset(); // kills srun if it is still there (the step ends with it)
+}
+
+ssh_options launcher_options(const launcher_config& l, const std::string& cluster_dir,
+                             const std::string& shim, std::chrono::milliseconds timeout) {
+  ssh_options so;
+  so.agent_path = l.agent_path.empty() ? executable_dir() + "/caf-hvd" : l.agent_path;
+  so.cluster_dir = cluster_dir;
+  so.shim = shim;
+  so.timeout = timeout;
+  so.link_timeout = l.link_timeout;
+  if (l.kind == "ssh") {
+    so.client = l.ssh_command;
+    so.port = l.ssh_port;
+    so.identity = l.ssh_identity;
+    so.extra = l.ssh_extra;
+  } else if (l.kind == "slurm") {
+    so.client = l.srun_command;
+  }
+  return so;
+}
+
+std::string start_agents_over_ssh(const ssh_options& o, std::vector<launch_target>& targets,
+                                  std::unique_ptr<ssh_agents>& agents) {
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  for (auto& t : targets)
+    endpoints.emplace_back(t.address, t.port);
+  auto answering = check_tcp_reachable(endpoints, std::chrono::milliseconds(1000));
+  std::vector<ssh_host> wanted;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (answering[i].empty())
+      continue; // an agent is there already: reused
+    auto& host = targets[i].host;
+    auto name = host.substr(host.find('@') == std::string::npos ? 0 : host.find('@') + 1);
+    wanted.push_back({host, name, targets[i].address});
+    which.push_back(i);
+  }
+  if (wanted.empty())
+    return {};
+  std::vector<ssh_result> results;
+  agents = std::make_unique<ssh_agents>(o, wanted, results);
+  std::string report;
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    if (results[k].port == 0)
+      report += fmt::format("\n  host {}: {}", wanted[k].host, results[k].error);
+    else
+      targets[which[k]].port = results[k].port;
+  }
+  return report;
+}
+
+std::string start_agents_over_srun(const ssh_options& o, std::vector<launch_target>& targets,
+                                   std::unique_ptr<srun_agents>& step) {
+  std::vector<std::string> names;
+  for (auto& t : targets)
+    names.push_back(t.host);
+  std::vector<uint16_t> ports;
+  std::string error;
+  step = std::make_unique<srun_agents>(o, names, ports, error);
+  if (!error.empty())
+    return error;
+  for (size_t i = 0; i < ports.size(); ++i)
+    targets[i].port = ports[i];
+  return {};
 }
 
 } // namespace cafhvd

@@ -43,6 +43,31 @@ std::string shell_quote(const std::string& arg);
 /// The remote command line of one agent.
 std::string agent_command(const ssh_options& o, const ssh_host& h);
 
+/// --launcher and its options as the driver's command line gave them.
+struct launcher_config {
+  std::string kind = "none";          // none, ssh or slurm
+  std::string ssh_command = "ssh";    // --ssh-command
+  int ssh_port = 0;                   // --ssh-port
+  std::string ssh_identity;           // --ssh-identity-file
+  std::vector<std::string> ssh_extra; // --ssh-option, each
+  std::string agent_path;             // --agent-path ("": caf-hvd next to this binary)
+  std::string srun_command = "srun";  // --srun-command
+  double link_timeout = 0;            // the driver's --link-timeout, the agents' too
+};
+
+/// What --launcher ssh and --launcher slurm share: the agent binary, the credentials the
+/// agents use (`cluster_dir`, "" = insecure), the shim that ties the launcher to this
+/// process, the deadline; and the client (with its options) that `l.kind` names.
+ssh_options launcher_options(const launcher_config& l, const std::string& cluster_dir,
+                             const std::string& shim, std::chrono::milliseconds timeout);
+
+/// A host that gets ranks, as a launcher sees it.
+struct launch_target {
+  std::string host;    // as the job names it (ssh reaches it so: USER@HOST allowed)
+  std::string address; // its IPv4 address (the agent binds to it)
+  uint16_t port = 0;   // where its agent listens; a started agent's port replaces it
+};
+
 /// Parses an agent's first line ("caf-hvd node 'N' listening on ADDR:PORT (...)"); 0 if it
 /// is not that line.
 uint16_t parse_listening_port(const std::string& line);
@@ -84,6 +109,19 @@ public:
 private:
   std::shared_ptr<agent_session> step_;
 };
+
+/// --launcher ssh: an agent on every target, unless one already answers at the target's
+/// port; all sessions at once (`o.parallel` at a time). Sets the ports of the agents it
+/// started and returns "", or every failure ("\n  host H: why" each); `agents` then
+/// holds the sessions (null when every target had an agent), for the caller to end.
+std::string start_agents_over_ssh(const ssh_options& o, std::vector<launch_target>& targets,
+                                  std::unique_ptr<ssh_agents>& agents);
+
+/// --launcher slurm: an agent on every target as one srun step, each named after its
+/// host. Sets the targets' ports and returns "", or what srun said; `step` holds the
+/// step either way, for the caller to end.
+std::string start_agents_over_srun(const ssh_options& o, std::vector<launch_target>& targets,
+                                   std::unique_ptr<srun_agents>& step);
 
 /// "NAME PORT" from one line of the step's labelled output ("3: caf-hvd node 'n3'
 /// listening on *:40123 (...)"); port 0 if it is not such a line.

@@ -110,3 +110,9 @@ TEST_CASE("an allocation from Slurm, PBS or LSF; none outside one") {
   CHECK_THROWS_WITH(detect_allocation(default_node_port, env_of({{"LSB_MCPU_HOSTS", "h1 4 h2"}})),
                     doctest::Contains("host h2 has no slot count"));
 }
+
+TEST_CASE("Slurm's node addresses come from sinfo's NAME NODEADDR lines") {
+  auto addrs = parse_slurm_node_addresses("n1 10.0.0.1\nn2 (null)\nn3 n3-ib\n");
+  CHECK(addrs == std::map<std::string, std::string>{{"n1", "10.0.0.1"}, {"n3", "n3-ib"}});
+  CHECK(parse_slurm_node_addresses("").empty());
+}

@@ -1,0 +1,146 @@
+// What caf-hvd's subcommands share (see cli.hpp).
+#include "apps/cli.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "runtime/process.hpp"
+
+namespace cafhvd::cli {
+
+sigset_t termination_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+void block_termination_signals() {
+  auto set = termination_signals();
+  sigaddset(&set, SIGUSR2); // wakes the driver's signal thread
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+std::string this_hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::string shim_path() {
+  auto path = executable_dir() + "/caf-hvd-exec";
+  if (access(path.c_str(), X_OK) != 0)
+    throw std::runtime_error(
+        fmt::format("cannot find the rank launcher {} (it is built and installed next to "
+                    "caf-hvd)",
+                    path));
+  return path;
+}
+
+void exit_watchdog(int code) {
+  std::thread{[code] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }}.detach();
+}
+
+std::pair<std::vector<std::string>, std::vector<std::string>>
+split_command(int argc, char** argv, const po::options_description& desc) {
+  std::vector<std::string> opts, cmd;
+  auto lookup = [&](const std::string& token) -> const po::option_description* {
+    auto name = token.substr(token.find_first_not_of('-'));
+    name = name.substr(0, name.find('='));
+    if (auto* d = desc.find_nothrow(name, false, false, false))
+      return d; // --name, or -name (long options may be written with one dash)
+    if (token.size() >= 2 && token[1] != '-')
+      return desc.find_nothrow(token.substr(0, 2), false, false, false); // -x
+    return nullptr;
+  };
+  int i = 2;
+  for (; i < argc; ++i) {
+    std::string token = argv[i];
+    if (token == "--") {
+      ++i;
+      break;
+    }
+    if (token.size() < 2 || token[0] != '-')
+      break; // the command
+    opts.push_back(token);
+    auto* d = lookup(token);
+    if (!d || token.find('=') != std::string::npos)
+      continue; // unknown options are reported by the parser
+    bool short_with_value = token.size() > 2 && token[1] != '-' && d->long_name().empty();
+    if (short_with_value)
+      continue; // -xVALUE
+    auto max = d->semantic()->max_tokens();
+    for (unsigned n = 0; n < max && i + 1 < argc; ++n) {
+      std::string next = argv[i + 1];
+      // Multi-value options (the cooldown range) take numbers only.
+      bool number = !next.empty() && next.find_first_not_of("0123456789.") == std::string::npos;
+      if (n > 0 && !number)
+        break;
+      opts.push_back(next);
+      ++i;
+    }
+  }
+  for (; i < argc; ++i)
+    cmd.emplace_back(argv[i]);
+  return {opts, cmd};
+}
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& desc,
+                        const po::positional_options_description* pos) {
+  po::variables_map vm;
+  try {
+    po::command_line_parser parser{args};
+    parser.options(desc).style(
+        (po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+        | po::command_line_style::allow_long_disguise);
+    if (pos)
+      parser.positional(*pos);
+    po::store(parser.run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw usage_error(e.what());
+  }
+  return vm;
+}
+
+std::optional<cluster_credentials> credentials_for(const tls_choice& tls, cert_role role) {
+  const char* who = to_string(role);
+  if (tls.insecure) {
+    if (tls.cluster_dir_given)
+      throw usage_error("--insecure and --cluster-dir exclude each other");
+    std::cerr << fmt::format(
+        "caf-hvd {}: WARNING: --insecure: no TLS, no admission; anyone who can reach the "
+        "node port can run commands there. Use only on a trusted network.\n",
+        who);
+    return std::nullopt;
+  }
+  const auto& dir = tls.cluster_dir;
+  try {
+    auto c = load_cluster(cluster_dir(dir.empty() ? std::nullopt : std::optional{dir}), role);
+    if (c.role == cert_role::member)
+      std::cerr << fmt::format(
+          "caf-hvd {}: WARNING: {} is a pre-role member certificate (it can act as driver and "
+          "as node); issue a {} certificate with 'caf-hvd cluster add-{} NAME' and revoke the "
+          "member certificate\n",
+          who, c.cert, who, who);
+    return c;
+  } catch (const credentials_error& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+} // namespace cafhvd::cli

@@ -1,0 +1,71 @@
+// caf-hvd hosts: the hosts a job would use (-H, a hostfile or the batch allocation this
+// runs in), one HOST:SLOTS line each.
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "apps/cli.hpp"
+#include "runtime/allocation.hpp"
+#include "runtime/host_spec.hpp"
+
+namespace cafhvd::cli {
+
+int run_hosts(int argc, char** argv) {
+  po::options_description desc{"caf-hvd hosts: print the hosts a job would use, one HOST:SLOTS "
+                               "line each (HOST:PORT:SLOTS when the port is not the default).\n\n"
+                               "usage: caf-hvd hosts [-H SPEC,... | --hostfile FILE]\n"
+                               "  without either: the allocation this runs in (Slurm, PBS, "
+                               "LSF)\n\noptions"};
+  std::string hosts, hostfile;
+  desc.add_options()("help,h", "show this help")("hosts,H", po::value(&hosts),
+                                                 "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
+      "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines");
+  auto [args, rest] = split_command(argc, argv, desc);
+  if (!rest.empty())
+    throw usage_error("caf-hvd hosts takes no command");
+  auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (!hosts.empty() && !hostfile.empty())
+    throw usage_error("give the hosts with exactly one of -H/--hosts or --hostfile");
+  std::vector<host_spec> list;
+  std::string source;
+  try {
+    if (!hosts.empty()) {
+      list = parse_host_list(hosts);
+      source = "-H";
+    } else if (!hostfile.empty()) {
+      std::ifstream in{hostfile};
+      if (!in)
+        throw usage_error(fmt::format("cannot open hostfile {}", hostfile));
+      list = parse_hostfile(in, hostfile);
+      source = "hostfile " + hostfile;
+    } else if (auto a = detect_allocation()) {
+      list = a->hosts;
+      source = a->source;
+    } else {
+      throw usage_error("no hosts: give -H or --hostfile, or run inside a Slurm, PBS or LSF "
+                        "allocation");
+    }
+  } catch (const spec_error& e) {
+    throw usage_error(e.what());
+  }
+  uint64_t total = 0;
+  for (auto& h : list) {
+    total += h.slots;
+    if (h.port == default_node_port)
+      std::cout << fmt::format("{}:{}\n", h.host, h.slots);
+    else
+      std::cout << fmt::format("{}:{}:{}\n", h.host, h.port, h.slots);
+  }
+  std::cerr << fmt::format("caf-hvd: {} hosts, {} slots, from {}\n", list.size(), total, source);
+  return 0;
+}
+
+} // namespace cafhvd::cli

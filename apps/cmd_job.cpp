@@ -1,0 +1,193 @@
+// Starts what a job_request asks for: node agents for the job (--launcher ssh or slurm,
+// through runtime/ssh_launch), the live view, the actor system with the driver (and, for
+// `caf-hvd run`, the node inside this process); then waits for the job's exit code.
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "actors/driver_util.hpp"
+#include "apps/job_options.hpp"
+#include "runtime/dashboard.hpp"
+#include "runtime/nic_probe.hpp"
+
+namespace cafhvd::cli {
+
+namespace {
+
+// The hosts that get ranks, as the launchers see them.
+std::vector<launch_target> launch_targets(const job_config& job) {
+  std::vector<launch_target> targets;
+  for (size_t i = 0; i < job.addresses.size(); ++i)
+    targets.push_back({job.hosts[i].host, job.addresses[i], job.hosts[i].port});
+  return targets;
+}
+
+// The agents' ports, as the launcher found them.
+void take_ports(const std::vector<launch_target>& targets, job_config& job) {
+  for (size_t i = 0; i < targets.size(); ++i)
+    job.hosts[i].port = targets[i].port;
+}
+
+// Every node agent must accept TCP before CAF connects (see check_tcp_reachable); false
+// after naming every one that does not.
+bool every_agent_reachable(const job_config& job) {
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  for (size_t i = 0; i < job.addresses.size(); ++i)
+    endpoints.emplace_back(job.addresses[i], job.hosts[i].port);
+  auto problems = check_tcp_reachable(endpoints, job.start_timeout);
+  std::string report;
+  for (size_t i = 0; i < problems.size(); ++i)
+    if (!problems[i].empty())
+      report += fmt::format("\n  node agent {}{}: {}", job.hosts[i].endpoint(),
+                            job.addresses[i] == job.hosts[i].host
+                                ? std::string{}
+                                : fmt::format(" ({})", job.addresses[i]),
+                            problems[i] == std::strerror(ECONNREFUSED)
+                                ? problems[i] + " (is `caf-hvd node` running there?)"
+                                : problems[i]);
+  if (!report.empty()) {
+    std::cerr << "caf-hvd: error: cannot reach every node agent:" << report << "\n";
+    return false;
+  }
+  return true;
+}
+
+// Runs the job; returns its exit code.
+int start_job(job_request r) {
+  auto& job = r.job;
+  std::optional<cluster_credentials> creds;
+  if (!job.embedded) {
+    creds = credentials_for(r.tls, cert_role::driver);
+    job.tls = creds.has_value();
+  }
+  std::unique_ptr<srun_agents> step;
+  if (r.launcher.kind == "slurm") {
+    block_termination_signals(); // before the step's reader thread exists (see below)
+    auto so = launcher_options(r.launcher, creds ? creds->dir : std::string{}, shim_path(),
+                               job.start_timeout);
+    auto targets = launch_targets(job);
+    if (auto error = start_agents_over_srun(so, targets, step); !error.empty()) {
+      std::cerr << fmt::format("caf-hvd: error: cannot start node agents with {}: {}\n",
+                               r.launcher.srun_command, error);
+      step.reset();
+      return 1;
+    }
+    take_ports(targets, job);
+  }
+  std::unique_ptr<ssh_agents> agents;
+  if (r.launcher.kind == "ssh") {
+    // before the sessions' reader threads exist: they inherit the mask, and a SIGINT
+    // that one of them took would end the driver without stopping anything
+    block_termination_signals();
+    auto so = launcher_options(r.launcher, creds ? creds->dir : std::string{}, shim_path(),
+                               job.start_timeout);
+    auto targets = launch_targets(job);
+    if (auto report = start_agents_over_ssh(so, targets, agents); !report.empty()) {
+      std::cerr << "caf-hvd: error: cannot start node agents over ssh:" << report << "\n";
+      agents.reset();
+      return 1;
+    }
+    take_ports(targets, job);
+  }
+  if (!job.embedded && !r.elastic && !every_agent_reachable(job))
+    return 1;
+
+  // The live view listens before anything starts, so a port in use fails the job early;
+  // its thread starts with the termination signals blocked (they go to the signal
+  // thread below, never to a thread that would die of them).
+  block_termination_signals();
+  std::unique_ptr<dashboard> live;
+  if (!r.dashboard.empty()) {
+    auto [addr, port] = parse_dashboard_address(r.dashboard);
+    try {
+      live = std::make_unique<dashboard>(dashboard_options{
+          addr, port, fmt::format("caf-hvd job: {}", fmt::join(job.command, " ")), 2});
+    } catch (const std::exception& e) {
+      std::cerr << fmt::format("caf-hvd: error: --dashboard {}: {}\n", r.dashboard, e.what());
+      return 1;
+    }
+    if (!dashboard_is_loopback(addr))
+      std::cerr << fmt::format(
+          "caf-hvd: WARNING: the dashboard on {}:{} is plain HTTP without authentication: "
+          "anyone who can reach that address sees this job's hosts, command and events\n",
+          addr, live->port());
+    std::cerr << fmt::format("caf-hvd: dashboard at http://{}:{}/\n",
+                             addr.find(':') != std::string::npos ? "[" + addr + "]" : addr,
+                             live->port());
+    job.event_observer = [d = live.get()](const nlohmann::json& e) { d->add(e); };
+  }
+
+  block_termination_signals();
+  hvd_config cfg;
+  if (job.embedded) {
+    cfg.node->name = this_hostname();
+    cfg.node->shim = shim_path();
+    if (r.local_gpus) {
+      cfg.node->gpus = std::make_shared<gpu_pool>(r.local_gpus->devices);
+      cfg.node->gpu_source = r.local_gpus->source;
+    }
+  } else {
+    cfg.enable_network(liveness::from_seconds(r.link_timeout), creds ? &*creds : nullptr);
+  }
+  caf::actor_system sys{cfg};
+  if (job.embedded)
+    cfg.node->guardian = spawn_guardian(sys);
+  auto result = std::make_shared<job_result>();
+  auto driver = spawn_driver(sys, std::move(job), result);
+  // The signal thread forwards SIGINT/SIGTERM/SIGHUP to the driver; SIGUSR2 (blocked
+  // like the others) wakes it when the job is over.
+  std::thread signals{[driver] {
+    auto set = termination_signals();
+    sigaddset(&set, SIGUSR2);
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0)
+        continue;
+      if (sig == SIGUSR2)
+        return;
+      caf::anon_send(driver, interrupt_atom::value, static_cast<int32_t>(sig));
+    }
+  }};
+  {
+    caf::scoped_actor self{sys};
+    self->monitor(driver);
+    self->receive([](caf::down_msg&) {});
+  }
+  pthread_kill(signals.native_handle(), SIGUSR2);
+  signals.join();
+  flush_output(); // every line the ranks wrote, however slowly stdout drains
+  if (live && r.dashboard_keep > 0) {
+    std::cerr << fmt::format("caf-hvd: the dashboard keeps the final page for {} s (Ctrl-C "
+                             "ends it sooner)\n",
+                             r.dashboard_keep);
+    auto set = termination_signals();
+    timespec ts{static_cast<time_t>(r.dashboard_keep),
+                static_cast<long>((r.dashboard_keep - std::floor(r.dashboard_keep)) * 1e9)};
+    sigtimedwait(&set, nullptr, &ts);
+  }
+  agents.reset(); // agents started for this job end with their ssh sessions
+  step.reset();   // ... or with their srun step
+  exit_watchdog(result->exit_code);
+  if (cfg.node->guardian)
+    caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  return result->exit_code;
+}
+
+} // namespace
+
+int run_job(int argc, char** argv, bool embedded) {
+  auto request = parse_job_options(argc, argv, embedded);
+  if (!request)
+    return 0;
+  return start_job(std::move(*request));
+}
+
+} // namespace cafhvd::cli

@@ -1,0 +1,251 @@
+// caf-hvd node: a node agent that runs ranks for drivers. Its options become a
+// node_options value; start_node starts the actor system, opens the port and waits for
+// the signal that stops it (SIGHUP re-reads the credentials).
+#include <arpa/inet.h>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include <caf/openssl/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/config.hpp"
+#include "actors/protocol.hpp"
+#include "apps/cli.hpp"
+#include "runtime/credentials.hpp"
+#include "runtime/gpu.hpp"
+#include "runtime/host_spec.hpp"
+
+namespace cafhvd::cli {
+
+namespace {
+
+// What `caf-hvd node` was asked, validated.
+struct node_options {
+  int port = default_node_port;
+  std::string name, bind;
+  int slots = 0;
+  gpu_inventory inventory;
+  liveness link;
+  std::optional<cluster_credentials> creds; // nullopt: --insecure
+  bool exit_on_stdin_eof = false;
+};
+
+// Explains why a port cannot be opened (CAF only says that it failed).
+std::string bind_problem(const std::string& bind, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return std::strerror(errno);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind.empty())
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  else if (inet_pton(AF_INET, bind.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return fmt::format("'{}' is not an IPv4 address", bind);
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  std::string why = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+                        ? std::strerror(errno)
+                        : "unknown reason";
+  ::close(fd);
+  return why;
+}
+
+// The node's options, or nullopt after printing --help.
+std::optional<node_options> parse_node_options(int argc, char** argv) {
+  po::options_description desc{"caf-hvd node: a node agent that runs ranks for drivers.\n"
+                               "SIGTERM or SIGINT stop it (its ranks first); SIGHUP re-reads "
+                               "its credentials (a new crl.pem).\n\n"
+                               "usage: caf-hvd node [--port PORT] [--name NAME] [--slots N] "
+                               "[--bind ADDR]\n\noptions"};
+  int port = default_node_port;
+  std::string name, bind, cluster, gpus;
+  int slots = 0;
+  double link_timeout = liveness::default_seconds;
+  desc.add_options()("help,h", "show this help")(
+      "port,p", po::value(&port)->default_value(default_node_port),
+      "TCP port to listen on")("name", po::value(&name),
+                               "the host's identity in jobs (HOROVOD_HOSTNAME); default: hostname")(
+      "slots", po::value(&slots)->default_value(0),
+      "ranks this node accepts per job; 0 = no limit (GPU jobs: one per free GPU group)")(
+      "gpus", po::value(&gpus),
+      "LIST|none|auto: this node's GPUs as CUDA device indices (e.g. 0,1,2,3); auto (or "
+      "empty, the default): detected (NVML, else nvidia-smi -L)")(
+      "bind", po::value(&bind), "address to listen on; default: every interface")(
+      "cluster-dir", po::value(&cluster), "the cluster's credentials (see 'caf-hvd cluster init')")(
+      "insecure", "admit any driver without TLS (trusted networks only)")(
+      "link-timeout", po::value(&link_timeout)->default_value(liveness::default_seconds),
+      "seconds without a byte from a driver before its link counts as dead and its jobs' "
+      "ranks are stopped (heartbeats keep idle links alive)")(
+      "exit-on-stdin-eof",
+      "stop (as on SIGTERM) when stdin ends: an agent started over ssh for one job ends "
+      "with the session that started it");
+  auto [args, rest] = split_command(argc, argv, desc);
+  if (!rest.empty())
+    throw usage_error("caf-hvd node takes no command");
+  auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return std::nullopt;
+  }
+  if (port < 0 || port > 65535)
+    throw usage_error(fmt::format("--port {} is out of range [0, 65535]", port));
+  if (slots < 0)
+    throw usage_error(fmt::format("--slots {} must not be negative", slots));
+  if (name.empty())
+    name = this_hostname();
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
+      throw usage_error(fmt::format("--name '{}': use letters, digits, '.', '-' or '_'", name));
+
+  gpu_inventory inventory;
+  // "auto" and "" are the service's default configuration (an unset value in it).
+  if (vm.count("gpus") && gpus != "auto" && !gpus.empty()) {
+    try {
+      inventory = {parse_gpu_list(gpus), "--gpus"};
+    } catch (const std::exception& e) {
+      throw usage_error(e.what());
+    }
+  } else {
+    inventory = detect_gpus();
+  }
+
+  liveness link;
+  try {
+    link = liveness::from_seconds(link_timeout);
+  } catch (const std::exception& e) {
+    throw usage_error(e.what());
+  }
+  auto creds = credentials_for({vm.count("insecure") > 0, vm.count("cluster-dir") > 0, cluster},
+                               cert_role::node);
+  node_options n;
+  n.port = port;
+  n.name = name;
+  n.bind = bind;
+  n.slots = slots;
+  n.inventory = std::move(inventory);
+  n.link = link;
+  n.creds = std::move(creds);
+  n.exit_on_stdin_eof = vm.count("exit-on-stdin-eof") > 0;
+  return n;
+}
+
+// Runs the agent until SIGINT or SIGTERM; returns the exit code.
+int start_node(const node_options& o) {
+  const auto& name = o.name;
+  const auto& bind = o.bind;
+  const int port = o.port;
+  const auto& creds = o.creds;
+  block_termination_signals();
+  hvd_config cfg;
+  // (the sharing scheduler, as every caf-hvd process: actors/config.cpp)
+  cfg.node->name = name;
+  cfg.node->slots = static_cast<uint32_t>(o.slots);
+  cfg.node->shim = shim_path();
+  cfg.node->gpus = std::make_shared<gpu_pool>(o.inventory.devices);
+  cfg.node->gpu_source = o.inventory.source;
+  cfg.enable_network(o.link, creds ? &*creds : nullptr);
+  caf::actor_system sys{cfg};
+  cfg.node->guardian = spawn_guardian(sys);
+  caf::expected<uint16_t> opened{caf::sec::runtime_error};
+  if (creds) {
+    caf::scoped_actor self{sys};
+    self->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(10),
+                  caf::open_atom::value, static_cast<uint16_t>(port), bind, true)
+        .receive([&](uint16_t p) { opened = p; }, [&](caf::error& e) { opened = std::move(e); });
+  } else {
+    opened = sys.middleman().open(static_cast<uint16_t>(port),
+                                  bind.empty() ? nullptr : bind.c_str(), true);
+  }
+  int rc = 0;
+  if (!opened) {
+    std::cerr << fmt::format("caf-hvd node: cannot listen on {}:{}: {}\n",
+                             bind.empty() ? "*" : bind, port, bind_problem(bind, port));
+    rc = 1;
+  } else {
+    std::cout << fmt::format("caf-hvd node '{}' listening on {}:{} ({})\n", name,
+                             bind.empty() ? "*" : bind, *opened,
+                             creds ? "mutual TLS, cluster " + creds->dir : "INSECURE")
+              << std::flush;
+    if (o.exit_on_stdin_eof) {
+      std::thread{[name] {
+        char buf[256];
+        while (true) {
+          auto n = ::read(0, buf, sizeof(buf));
+          if (n == 0 || (n < 0 && errno != EINTR))
+            break;
+        }
+        std::cerr << fmt::format("caf-hvd node '{}': stdin ended (the session that started it "
+                                 "is gone)\n",
+                                 name);
+        ::kill(::getpid(), SIGTERM);
+      }}.detach();
+    }
+    // SIGHUP re-reads the credentials (a new crl.pem); SIGINT and SIGTERM stop the agent.
+    auto set = termination_signals();
+    int sig = 0;
+    while (true) {
+      if (sigwait(&set, &sig) != 0)
+        continue;
+      if (sig != SIGHUP)
+        break;
+      if (!creds) {
+        std::cerr << fmt::format("caf-hvd node '{}': SIGHUP: nothing to reload (--insecure)\n",
+                                 name);
+        continue;
+      }
+      try {
+        // The same checks as at the start (a list not signed by the CA, this agent's
+        // own certificate revoked) before the new list takes effect.
+        auto fresh = load_cluster(creds->dir, creds->role);
+        install_tls(fresh);
+        std::cerr << fmt::format("caf-hvd node '{}': SIGHUP: reloaded the credentials in {}{}\n",
+                                 name, creds->dir,
+                                 fresh.crl.empty() ? "" : " (revocation list " + fresh.crl + ")");
+      } catch (const std::exception& e) {
+        std::cerr << fmt::format("caf-hvd node '{}': SIGHUP: kept the previous credentials: {}\n",
+                                 name, e.what());
+      }
+    }
+    std::cerr << fmt::format("caf-hvd node '{}': {} received, stopping its jobs' ranks\n", name,
+                             strsignal(sig));
+    // Ranks stop as a driver stops them (SIGTERM, the job's grace, SIGKILL) and their
+    // exits reach the drivers, saying that this agent stopped them.
+    caf::scoped_actor self{sys};
+    self->monitor(cfg.node->guardian);
+    self->send(cfg.node->guardian, shutdown_atom::value,
+               fmt::format("node agent '{}' received {}", name, strsignal(sig)));
+    self->receive([](caf::down_msg&) {},
+                  caf::after(std::chrono::seconds(40)) >>
+                      [&] {
+                        std::cerr << fmt::format(
+                            "caf-hvd node '{}': ranks did not stop within 40 s; "
+                            "exiting\n",
+                            name);
+                      });
+  }
+  caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  exit_watchdog(rc);
+  return rc;
+}
+
+} // namespace
+
+int run_node(int argc, char** argv) {
+  auto options = parse_node_options(argc, argv);
+  if (!options)
+    return 0;
+  return start_node(*options);
+}
+
+} // namespace cafhvd::cli

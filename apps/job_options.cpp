@@ -1,0 +1,436 @@
+// The options of `caf-hvd run` and `caf-hvd driver` (horovodrun's and torchrun's
+// spellings too), checked one by one into a job_request before anything starts.
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <iostream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "apps/job_options.hpp"
+#include "runtime/dashboard.hpp"
+#include "runtime/env.hpp"
+
+extern char** environ;
+
+namespace cafhvd::cli {
+
+namespace {
+
+// Creates --output-filename's directory (with parents) and checks that it is writable,
+// so that a typo fails before any rank starts.
+void prepare_output_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw usage_error(fmt::format("--output-filename {}: cannot create it: {}", dir, ec.message()));
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    throw usage_error(
+        fmt::format("--output-filename {}: not writable: {}", dir, std::strerror(errno)));
+}
+
+} // namespace
+
+job_options::job_options(const std::string& title, bool with_hosts) : desc{title}, visible{title} {
+  po::options_description job{"the job"}, hosts_opts{"hosts"}, elastic{"elastic jobs"},
+      output{"output"}, net{"networking"}, torch{"torch.distributed"},
+      compat{"horovodrun and torchrun spellings"}, gpu{"GPUs and CPUs"},
+      exec{"executor mode (the caf_hvd Python "
+           "package starts this)"},
+      hidden;
+  job.add_options()("help,h", "show this help")("np", po::value(&np),
+                                                "number of ranks (elastic: the initial minimum)")(
+      "start-timeout", po::value(&start_timeout)->default_value(30),
+      "seconds for every rank to be placed and started")(
+      "kill-grace-seconds", po::value(&kill_grace)->default_value(5),
+      "seconds between SIGTERM and SIGKILL when a job is stopped")(
+      "env", po::value(&env)->composing(), "KEY=VALUE added to every rank (repeatable)")(
+      "verbose", "print each step of the job with timings")("quiet",
+                                                            "no summary at the end of the job");
+  hosts_opts.add_options()("hosts,H", po::value(&hosts),
+                           with_hosts ? "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated"
+                                      : "HOST:SLOTS naming this machine only (e.g. "
+                                        "localhost:4; -np defaults to the slots)")(
+      "hostfile", po::value(&hostfile),
+      with_hosts ? "file of 'HOST[:PORT] slots=N' lines" : "a hostfile naming this machine only");
+  if (with_hosts)
+    hosts_opts.add_options()(
+        "launcher", po::value(&launcher)->default_value("none"),
+        "none|ssh|slurm: start a node agent on every host for this job and stop it at "
+        "the end (ssh: one session per host; slurm: one srun step over the allocation); "
+        "none: agents are already running")("ssh-port,p", po::value(&ssh_port),
+                                            "--launcher ssh: the hosts' ssh port (horovodrun)")(
+        "ssh-identity-file,i", po::value(&ssh_identity),
+        "--launcher ssh: the private key to log in with (horovodrun)")(
+        "ssh-option", po::value(&ssh_options)->composing(),
+        "--launcher ssh: an ssh -o OPTION (repeatable)")(
+        "agent-path", po::value(&agent_path),
+        "--launcher ssh: caf-hvd on the hosts (default: this binary's path)")(
+        "ssh-command", po::value(&ssh_command)->default_value("ssh"),
+        "--launcher ssh: the ssh client to run")("srun-command",
+                                                 po::value(&srun_command)->default_value("srun"),
+                                                 "--launcher slurm: the srun to run");
+  if (with_hosts)
+    hosts_opts.add_options()("cluster-dir", po::value(&cluster),
+                             "the cluster's credentials (see 'caf-hvd cluster init')")(
+        "insecure", "talk to node agents without TLS (trusted networks only)")(
+        "link-timeout", po::value(&link_timeout)->default_value(liveness::default_seconds),
+        "seconds without a byte from a node agent before it counts as lost (hung or "
+        "unreachable; an agent that dies is seen at once); agents started by --launcher "
+        "get the same");
+  output.add_options()(
+      "output-filename", po::value(&output_dir),
+      "also write each slot's output to DIR/HOST:LOCAL_RANK/{stdout,stderr}, with DIR/rank.N "
+      "linking to the slot of rank N")("prefix-output-with-timestamp",
+                                       "prefix every output line with the time it arrived")(
+      "events", po::value(&events),
+      "write the job's event log to FILE, one JSON object per line (default: "
+      "$CAF_HVD_EVENTS)")("dashboard", po::value(&dashboard),
+                          "[ADDR:]PORT: serve the job's live timeline page over HTTP "
+                          "(loopback unless ADDR is given; PORT 0 picks one; the address is "
+                          "printed at the start)")(
+      "dashboard-keep", po::value(&dashboard_keep)->default_value(0),
+      "seconds to keep serving the final page after the job ended (Ctrl-C ends it sooner)");
+  net.add_options()("network-interface", po::value(&nics),
+                    "NAME[,NAME...]: use only these interfaces between hosts");
+  torch.add_options()(
+      "torch-store", po::value(&torch_store)->default_value("auto"),
+      "auto|on|off: serve torch's TCPStore at MASTER_PORT as torchrun does (auto: a client "
+      "it cannot serve is reported; on: that also fails the job; off: MASTER_PORT is a free "
+      "port for rank 0's own store)")("free-master-port", "the same as --torch-store off");
+  if (with_hosts)
+    elastic.add_options()("host-discovery-script", po::value(&discovery_script),
+                          "executable printing the available hosts, one HOST, HOST:SLOTS or "
+                          "HOST:PORT:SLOTS per line")("min-np", po::value(&min_np),
+                                                      "fewest ranks to run with (default: -np)")(
+        "max-np", po::value(&max_np), "most ranks to run with (default: all slots)")(
+        "slots-per-host", po::value(&slots_per_host),
+        "slots of a discovered host that prints no slot count")(
+        "elastic-timeout", po::value(&elastic_timeout),
+        "seconds to wait for --min-np slots, and for a rank that holds the job's state to "
+        "re-join (default: $HOROVOD_ELASTIC_TIMEOUT or 600)")(
+        "reset-limit", po::value(&reset_limit),
+        "stop the job after this many resets (default: no limit)")(
+        "blacklist-cooldown-range", po::value(&cooldown)->multitoken(),
+        "LOW HIGH seconds; a failed host returns after LOW*2^failures+jitter, clamped to "
+        "[LOW, HIGH] (default: never)")("discovery-interval",
+                                        po::value(&discovery_interval)->default_value(1),
+                                        "seconds between runs of the discovery script");
+  gpu.add_options()("gpus-per-slot", po::value(&gpus_per_slot),
+                    "GPUs each rank gets; ranks go only where that many are free, and each "
+                    "node lends them to this job alone until its ranks there are gone")(
+      "use-gpu", "= --gpus-per-slot 1")(
+      "cuda-visible-devices", po::value(&cuda_visible)->default_value("shared"),
+      "shared|per-rank: CUDA_VISIBLE_DEVICES of a rank is every device of the job on its node "
+      "(local rank i uses the i-th group) or only its own")(
+      "cpus-per-slot", po::value(&cpus_per_slot),
+      "CPUs each rank may use: sets OMP_NUM_THREADS unless you set it");
+  if (!with_hosts)
+    gpu.add_options()("gpus", po::value(&local_gpus),
+                      "LIST|none: this machine's GPUs (default: detected when a job asks "
+                      "for GPUs)");
+  exec.add_options()("executor-fd", po::value(&executor_fd),
+                     "FD is a connected socket to the executor's owner: ranks get frame "
+                     "channels, calls come from FD (README: Executor frames)")(
+      "executor-max-frame-mb", po::value(&max_frame_mb)->default_value(256),
+      "largest frame payload in MiB, either direction");
+  compat.add_options()("num-proc", po::value(&np), "= -np (horovodrun)")(
+      "network-interfaces", po::value(&nics), "= --network-interface (horovodrun)")(
+      "gloo-timeout-seconds", po::value(&gloo_timeout),
+      "sets HOROVOD_GLOO_TIMEOUT_SECONDS for the ranks (horovodrun)")(
+      "log-level", po::value(&log_level),
+      "TRACE|DEBUG|INFO|WARNING|ERROR|FATAL: HOROVOD_LOG_LEVEL for the ranks; TRACE and "
+      "DEBUG also turn on --verbose (horovodrun)")("timeline-filename", po::value(&timeline),
+                                                   "sets HOROVOD_TIMELINE (horovodrun)")(
+      "autotune", "sets HOROVOD_AUTOTUNE=1 (horovodrun)")(
+      "fusion-threshold-mb", po::value(&fusion_threshold_mb),
+      "sets HOROVOD_FUSION_THRESHOLD (horovodrun)")("cycle-time-ms", po::value(&cycle_time_ms),
+                                                    "sets HOROVOD_CYCLE_TIME (horovodrun)")(
+      "cache-capacity", po::value(&cache_capacity), "sets HOROVOD_CACHE_CAPACITY (horovodrun)")(
+      "gloo", "accepted: Gloo is the controller")("disable-cache",
+                                                  "accepted: caf-hvd caches nothing between jobs")(
+      "mpi", "not supported: Gloo only")("jsrun", "not supported: Gloo only");
+  if (!with_hosts)
+    compat.add_options()("ssh-port,p", po::value(&ssh_port),
+                         "not for run (this machine only): caf-hvd driver --launcher ssh")(
+        "ssh-identity-file,i", po::value(&ssh_identity),
+        "not for run (this machine only): caf-hvd driver --launcher ssh");
+  if (!with_hosts)
+    compat.add_options()("nproc-per-node", po::value(&np),
+                         "= -np (torchrun)")("nproc_per_node", po::value(&np), "= -np (torchrun)");
+  hidden.add_options()("command", po::value(&command)->composing(), "the command to run");
+  visible.add(job).add(hosts_opts);
+  if (with_hosts)
+    visible.add(elastic);
+  visible.add(output).add(net).add(torch).add(gpu).add(exec).add(compat);
+  desc.add(visible).add(hidden);
+}
+
+std::optional<job_request> parse_job_options(int argc, char** argv, bool embedded) {
+  auto title = embedded ? std::string{"caf-hvd run: run a whole job on this machine.\n\n"
+                                      "usage: caf-hvd run -np N [options] [--] COMMAND [ARGS...]\n"
+                                      "The command starts at the first argument that is not an "
+                                      "option; everything after it is the program's.\n"}
+                        : std::string{"caf-hvd driver: run a job across node agents.\n\n"
+                                      "usage: caf-hvd driver -np N (-H SPEC,... | --hostfile FILE) "
+                                      "[options] [--] COMMAND [ARGS...]\n"
+                                      "       caf-hvd driver --host-discovery-script PATH "
+                                      "[--min-np N] [--max-np N] [options] [--] COMMAND\n"};
+  job_options o{"options", !embedded};
+  auto [args, cmd] = split_command(argc, argv, o.desc);
+  if (std::find(args.begin(), args.end(), "--help") != args.end()
+      || std::find(args.begin(), args.end(), "-h") != args.end()) {
+    o.print_help(std::cout, title);
+    return std::nullopt;
+  }
+  po::positional_options_description pos;
+  pos.add("command", -1);
+  auto vm = parse(args, o.desc, &pos);
+  o.command.insert(o.command.end(), cmd.begin(), cmd.end());
+
+  job_config job;
+  job.embedded = embedded;
+  job.verbose = vm.count("verbose") > 0;
+  job.quiet = vm.count("quiet") > 0;
+  if (o.torch_store == "auto")
+    job.torch_store = torch_store_mode::automatic;
+  else if (o.torch_store == "on")
+    job.torch_store = torch_store_mode::on;
+  else if (o.torch_store == "off")
+    job.torch_store = torch_store_mode::off;
+  else
+    throw usage_error(fmt::format("--torch-store '{}': expected auto, on or off", o.torch_store));
+  if (vm.count("free-master-port")) {
+    if (!vm["torch-store"].defaulted() && job.torch_store != torch_store_mode::off)
+      throw usage_error("--free-master-port means --torch-store off; give only one of them");
+    job.torch_store = torch_store_mode::off;
+  }
+  if (o.command.empty())
+    throw usage_error("no command given, e.g. caf-hvd run -np 2 hostname");
+  if (o.launcher != "none" && o.launcher != "ssh" && o.launcher != "slurm")
+    throw usage_error(fmt::format("--launcher '{}': expected none, ssh or slurm", o.launcher));
+  if (o.launcher == "slurm" && (!o.hosts.empty() || !o.hostfile.empty()))
+    throw usage_error("--launcher slurm takes the hosts of the Slurm allocation it runs in; "
+                      "leave out -H/--hostfile");
+  if (o.launcher == "slurm" && vm.count("host-discovery-script"))
+    throw usage_error("--launcher slurm starts agents for the allocation's hosts; an elastic "
+                      "job's hosts need running agents");
+  for (auto flag : {"ssh-port", "ssh-identity-file"})
+    if (embedded && vm.count(flag))
+      throw usage_error(fmt::format("--{} is not supported by caf-hvd run, which runs on this "
+                                    "machine only; caf-hvd driver --launcher ssh starts node "
+                                    "agents over ssh (or start `caf-hvd node` on each host)",
+                                    flag));
+  for (auto flag : {"ssh-port", "ssh-identity-file", "ssh-option", "agent-path"})
+    if (vm.count(flag) && o.launcher != "ssh")
+      throw usage_error(fmt::format("--{} belongs to --launcher ssh (caf-hvd starts no agents "
+                                    "otherwise: start `caf-hvd node` on each host)",
+                                    flag));
+  if (o.launcher == "ssh" && vm.count("host-discovery-script"))
+    throw usage_error("--launcher ssh starts agents for a fixed host list; an elastic job's "
+                      "hosts need running agents");
+  for (auto flag : {"mpi", "jsrun"})
+    if (vm.count(flag))
+      throw usage_error(fmt::format("--{} is not supported: caf-hvd runs Gloo jobs only", flag));
+  // horovodrun's tunables are environment variables of the ranks
+  auto horovod_env = [&](const char* key, const std::string& value) {
+    o.env.push_back(fmt::format("{}={}", key, value));
+  };
+  if (vm.count("gloo-timeout-seconds")) {
+    if (o.gloo_timeout < 1)
+      throw usage_error("--gloo-timeout-seconds must be at least 1");
+    horovod_env("HOROVOD_GLOO_TIMEOUT_SECONDS", std::to_string(o.gloo_timeout));
+  }
+  if (vm.count("log-level")) {
+    static const std::vector<std::string> levels{"TRACE",   "DEBUG", "INFO",
+                                                 "WARNING", "ERROR", "FATAL"};
+    std::string level = o.log_level;
+    std::transform(level.begin(), level.end(), level.begin(), ::toupper);
+    if (std::find(levels.begin(), levels.end(), level) == levels.end())
+      throw usage_error(fmt::format("--log-level '{}': expected one of TRACE, DEBUG, INFO, "
+                                    "WARNING, ERROR, FATAL",
+                                    o.log_level));
+    horovod_env("HOROVOD_LOG_LEVEL", level);
+    if (level == "TRACE" || level == "DEBUG")
+      job.verbose = true;
+  }
+  if (vm.count("timeline-filename"))
+    horovod_env("HOROVOD_TIMELINE", o.timeline);
+  if (vm.count("autotune"))
+    horovod_env("HOROVOD_AUTOTUNE", "1");
+  if (vm.count("fusion-threshold-mb")) {
+    if (!(o.fusion_threshold_mb >= 0))
+      throw usage_error("--fusion-threshold-mb must not be negative");
+    horovod_env("HOROVOD_FUSION_THRESHOLD",
+                std::to_string(static_cast<long long>(o.fusion_threshold_mb * 1024 * 1024)));
+  }
+  if (vm.count("cycle-time-ms"))
+    horovod_env("HOROVOD_CYCLE_TIME", std::to_string(o.cycle_time_ms));
+  if (vm.count("cache-capacity"))
+    horovod_env("HOROVOD_CACHE_CAPACITY", std::to_string(o.cache_capacity));
+  job.prefix_timestamp = vm.count("prefix-output-with-timestamp") > 0;
+  if (!vm.count("events"))
+    if (const char* e = std::getenv("CAF_HVD_EVENTS"); e && *e)
+      o.events = e;
+  if (!o.events.empty()) {
+    // Fails here, before anything starts, when the file cannot be written.
+    int fd = ::open(o.events.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw usage_error(
+          fmt::format("--events {}: cannot write it: {}", o.events, std::strerror(errno)));
+    ::close(fd);
+    job.events_file = o.events;
+  }
+  if (!(o.dashboard_keep >= 0 && o.dashboard_keep <= 86400))
+    throw usage_error("--dashboard-keep: give seconds from 0 to 86400");
+  if (vm.count("dashboard-keep") && !vm["dashboard-keep"].defaulted() && o.dashboard.empty())
+    throw usage_error("--dashboard-keep needs --dashboard");
+  if (!o.dashboard.empty()) {
+    try {
+      parse_dashboard_address(o.dashboard);
+    } catch (const std::exception& e) {
+      throw usage_error(e.what());
+    }
+  }
+  if (vm.count("executor-fd")) {
+    struct stat st {};
+    if (o.executor_fd < 0 || ::fstat(o.executor_fd, &st) != 0)
+      throw usage_error(fmt::format("--executor-fd {}: not an open descriptor", o.executor_fd));
+    if (!S_ISSOCK(st.st_mode))
+      throw usage_error(fmt::format("--executor-fd {}: not a socket (the owner passes one end of a "
+                                    "socketpair)",
+                                    o.executor_fd));
+    ::fcntl(o.executor_fd, F_SETFD, FD_CLOEXEC); // no child inherits the owner's channel
+    job.executor_fd = o.executor_fd;
+  }
+  if (vm.count("use-gpu")) {
+    if (vm.count("gpus-per-slot") && o.gpus_per_slot != 1)
+      throw usage_error("--use-gpu means --gpus-per-slot 1; give only one of them");
+    o.gpus_per_slot = 1;
+  }
+  if (o.gpus_per_slot < 0 || o.gpus_per_slot > 64)
+    throw usage_error(fmt::format("--gpus-per-slot {}: expected 0 to 64", o.gpus_per_slot));
+  if (o.cpus_per_slot < 0 || (vm.count("cpus-per-slot") && o.cpus_per_slot == 0))
+    throw usage_error(fmt::format("--cpus-per-slot {}: expected at least 1", o.cpus_per_slot));
+  if (o.cuda_visible != "shared" && o.cuda_visible != "per-rank")
+    throw usage_error(
+        fmt::format("--cuda-visible-devices '{}': expected shared or per-rank", o.cuda_visible));
+  job.gpus_per_slot = static_cast<uint32_t>(o.gpus_per_slot);
+  job.cpus_per_slot = static_cast<uint32_t>(o.cpus_per_slot);
+  job.cuda_per_rank = o.cuda_visible == "per-rank";
+  std::optional<gpu_inventory> local_inventory;
+  if (embedded && vm.count("gpus")) {
+    try {
+      local_inventory = gpu_inventory{parse_gpu_list(o.local_gpus), "--gpus"};
+    } catch (const std::exception& e) {
+      throw usage_error(e.what());
+    }
+  } else if (embedded && job.gpus_per_slot > 0) {
+    local_inventory = detect_gpus();
+  }
+  if (!(o.max_frame_mb > 0 && o.max_frame_mb <= 4095))
+    throw usage_error("--executor-max-frame-mb must be between 0 and 4095");
+  job.max_frame = static_cast<uint64_t>(o.max_frame_mb * 1024 * 1024);
+  bool elastic = vm.count("host-discovery-script") > 0;
+  for (auto flag : {"min-np", "max-np", "slots-per-host", "elastic-timeout", "reset-limit",
+                    "blacklist-cooldown-range"})
+    if (!elastic && vm.count(flag))
+      throw usage_error(fmt::format("--{} belongs to elastic jobs: give --host-discovery-script "
+                                    "too",
+                                    flag));
+  // Inside a batch allocation and without -H/--hostfile, the allocation gives the hosts.
+  std::optional<allocation> alloc;
+  if (!embedded && !elastic && o.hosts.empty() && o.hostfile.empty()) {
+    try {
+      alloc = detect_allocation();
+    } catch (const spec_error& e) {
+      throw usage_error(e.what());
+    }
+  }
+  if (o.launcher == "slurm" && (!alloc || alloc->source.rfind("Slurm", 0) != 0))
+    throw usage_error("--launcher slurm runs inside a Slurm allocation (salloc, sbatch): "
+                      "SLURM_JOB_ID is not set");
+  if (!elastic && !np_given(vm) && !alloc
+      && !(embedded && (!o.hosts.empty() || !o.hostfile.empty())))
+    throw usage_error("-np is required: the number of ranks");
+  if (np_given(vm) && o.np < 1)
+    throw usage_error(fmt::format("-np {}: need at least 1 rank", o.np));
+  if (!(o.start_timeout > 0))
+    throw usage_error("--start-timeout must be a positive number of seconds");
+  if (!(o.kill_grace >= 0))
+    throw usage_error("--kill-grace-seconds must not be negative");
+  try {
+    liveness::from_seconds(o.link_timeout);
+  } catch (const std::exception& e) {
+    throw usage_error(e.what());
+  }
+  for (auto& kv : o.env) {
+    try {
+      parse_env_assignment(kv);
+    } catch (const std::exception& e) {
+      throw usage_error(e.what());
+    }
+  }
+  if (embedded) {
+    if (!o.hosts.empty() || !o.hostfile.empty())
+      o.np = local_slots(o, np_given(vm) ? std::optional<int>{o.np} : std::nullopt);
+    job.hosts = {host_spec{"localhost", 0, static_cast<uint32_t>(o.np)}};
+  } else if (elastic) {
+    job.elastic = elastic_options(o, vm);
+    o.np = job.elastic->min_np;
+  } else {
+    static_hosts(o, vm, alloc, job);
+  }
+  job.np = o.np;
+  job.command = o.command;
+  job.extra_env = o.env;
+  job.base_env = forwardable_environment(environ);
+  char cwd[4096];
+  job.cwd = getcwd(cwd, sizeof(cwd)) ? cwd : "/";
+  job.start_timeout = std::chrono::milliseconds(static_cast<long>(o.start_timeout * 1000));
+  job.kill_grace = std::chrono::milliseconds(static_cast<long>(o.kill_grace * 1000));
+  job.output_dir = o.output_dir;
+  if (vm.count("network-interface")) {
+    std::string_view rest = o.nics;
+    while (true) {
+      auto comma = rest.find(',');
+      auto name = rest.substr(0, comma);
+      if (name.empty() || name.size() > 15)
+        throw usage_error(fmt::format("--network-interface '{}': expected NAME[,NAME...] with "
+                                      "interface names of 1 to 15 characters",
+                                      o.nics));
+      job.network_interfaces.emplace_back(name);
+      if (comma == std::string_view::npos)
+        break;
+      rest = rest.substr(comma + 1);
+    }
+  }
+  if (!job.output_dir.empty())
+    prepare_output_dir(job.output_dir);
+
+  job_request r;
+  r.job = std::move(job);
+  r.elastic = elastic;
+  r.local_gpus = std::move(local_inventory);
+  r.tls = {vm.count("insecure") > 0, vm.count("cluster-dir") > 0, o.cluster};
+  r.launcher.kind = o.launcher;
+  r.launcher.ssh_command = o.ssh_command;
+  r.launcher.ssh_port = o.ssh_port;
+  r.launcher.ssh_identity = o.ssh_identity;
+  r.launcher.ssh_extra = o.ssh_options;
+  r.launcher.agent_path = o.agent_path;
+  r.launcher.srun_command = o.srun_command;
+  r.launcher.link_timeout = o.link_timeout;
+  r.link_timeout = o.link_timeout;
+  r.dashboard = o.dashboard;
+  r.dashboard_keep = o.dashboard_keep;
+  return r;
+}
+
+} // namespace cafhvd::cli
