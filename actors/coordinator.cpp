@@ -419,7 +419,7 @@ private:
   std::map<uint64_t, expectation> expected_;
   uint64_t next_expectation_ = 1;
 
-  generation gen_; // the newest generation (released or forming)
+  generation gen_;                              // the newest generation (released or forming)
   std::map<std::string, slot_process> carried_; // ... the processes it waits for
   std::set<std::string> left_;                  // slots the job let go
   std::optional<clock_type::time_point> barrier_check_;

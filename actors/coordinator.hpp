@@ -27,8 +27,8 @@ namespace cafhvd {
 struct coordinator_config {
   bool elastic = false;
   torch_store_mode torch_store = torch_store_mode::automatic;
-  std::chrono::milliseconds start_timeout{30000};   // fresh processes' join deadline,
-                                                    // and the workers' reports
+  std::chrono::milliseconds start_timeout{30000};    // fresh processes' join deadline,
+                                                     // and the workers' reports
   std::chrono::milliseconds elastic_timeout{600000}; // state holders' join deadline
   bool verbose = false;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now(); // logs

@@ -188,17 +188,20 @@ TEST_CASE_FIXTURE(fixture, "coordinator: a registration incomplete at its deadli
 
 TEST_CASE_FIXTURE(fixture, "coordinator: assignments as Horovod computes them, hosts in the "
                            "given order, uneven slots") {
-  auto a = ask<assignment>(assign_atom::value, std::vector<host_slots>{{"b", 2}, {"a", 1}, {"c", 3}},
-                           int32_t{6}, int32_t{6});
+  auto a =
+      ask<assignment>(assign_atom::value, std::vector<host_slots>{{"b", 2}, {"a", 1}, {"c", 3}},
+                      int32_t{6}, int32_t{6});
   REQUIRE(a.error.empty());
   // ranks packed per host in the order given; cross rank = the host's index among the
   // hosts that have that local rank
-  CHECK(a.plan == std::vector<slot_info>{row("b", 0, 0, 2, 0, 3, 6), row("b", 1, 1, 2, 0, 2, 6),
-                                         row("a", 2, 0, 1, 1, 3, 6), row("c", 3, 0, 3, 2, 3, 6),
-                                         row("c", 4, 1, 3, 1, 2, 6), row("c", 5, 2, 3, 0, 1, 6)});
+  CHECK(a.plan
+        == std::vector<slot_info>{row("b", 0, 0, 2, 0, 3, 6), row("b", 1, 1, 2, 0, 2, 6),
+                                  row("a", 2, 0, 1, 1, 3, 6), row("c", 3, 0, 3, 2, 3, 6),
+                                  row("c", 4, 1, 3, 1, 2, 6), row("c", 5, 2, 3, 0, 1, 6)});
   // the same hosts in another order: another plan
-  auto b = ask<assignment>(assign_atom::value, std::vector<host_slots>{{"c", 3}, {"a", 1}, {"b", 2}},
-                           int32_t{6}, int32_t{6});
+  auto b =
+      ask<assignment>(assign_atom::value, std::vector<host_slots>{{"c", 3}, {"a", 1}, {"b", 2}},
+                      int32_t{6}, int32_t{6});
   REQUIRE(b.error.empty());
   CHECK(b.plan.front().hostname == "c");
   CHECK(b.plan[3] == row("a", 3, 0, 1, 1, 3, 6));

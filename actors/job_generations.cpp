@@ -1,0 +1,412 @@
+// The job actor's generations: whether the hosts at hand call for a new plan, the plan
+// from the coordinator, the generation's start (carried and fresh slots, the barrier
+// handed to the coordinator), its release, re-join requests and late joiners.
+#include "actors/job_actor.hpp"
+
+namespace cafhvd::driver_impl {
+
+// Decides whether the available hosts call for a (new) generation.
+void job::reconsider() {
+  if (done_ || finishing_ || !served_)
+    return;
+  if (!elastic_)
+    return start_fixed_generation();
+  // Hosts listed together join together, in the order listed (deterministic), unless a
+  // failure makes the job wait: then the next generation forms from the hosts at hand.
+  bool plan_broken = rejoin_due_;
+  for (auto& [key, row] : gen_.rows) {
+    auto* h = host_by_name(row.hostname);
+    plan_broken = plan_broken || !h || h->blacklisted || !h->listed;
+  }
+  if (!plan_broken)
+    for (auto& [ep, h] : hosts_)
+      if (h.listed && !h.blacklisted && h.st == ehost::status::connecting)
+        return;
+  std::vector<std::string> available;
+  for (auto& ep : listed_order_) {
+    auto it = hosts_.find(ep);
+    if (it != hosts_.end() && it->second.st == ehost::status::ready && !it->second.blacklisted
+        && it->second.listed)
+      available.push_back(ep);
+  }
+  order_ = order_hosts(order_, available);
+  std::vector<host_slots> hs;
+  int total = 0;
+  for (auto& ep : order_) {
+    auto& h = hosts_.at(ep);
+    hs.push_back({h.info.name, h.slots()});
+    total += h.slots();
+  }
+  if (gen_.number > 0 && !previous_generation_survives()) {
+    bool all_black =
+        std::all_of(hosts_.begin(), hosts_.end(), [](auto& p) { return p.second.blacklisted; });
+    auto first = first_failure_ ? "; first failure: " + *first_failure_ : std::string{};
+    if (all_black)
+      return fail(fmt::format("every host is blacklisted; first failure: {}",
+                              first_failure_.value_or("none")));
+    if (released_gen_ == 0)
+      return fail(fmt::format("no host of generation {} is left to carry the job's state "
+                              "over{}",
+                              gen_.number, first));
+    return fail(fmt::format("no host of generation {} is left to carry the job's state over: "
+                            "the training state was lost with the last host of the previous "
+                            "generation ({}){}",
+                            released_gen_, fmt::join(released_hosts(), ","), first));
+  }
+  if (total < ec_.min_np) {
+    wait_for_slots(total);
+    return;
+  }
+  assign(hs, ec_.min_np, ec_.max_np.value_or(0));
+}
+
+// The coordinator places the ranks over `hs`; a newer request supersedes this one.
+void job::assign(const std::vector<host_slots>& hs, int min_np, int max_np) {
+  auto serial = ++assign_serial_;
+  request(coord_, job_.start_timeout, assign_atom::value, hs, static_cast<int32_t>(min_np),
+          static_cast<int32_t>(max_np))
+      .then(
+          [this, serial, hs](assignment& a) {
+            if (serial != assign_serial_ || done_ || finishing_)
+              return;
+            if (!a.error.empty())
+              return fail(a.error);
+            plan_ready(std::move(a.plan), hs);
+          },
+          [this](caf::error& e) {
+            fail(fmt::format("the job's coordinator did not place the ranks: {}", describe(e)));
+          });
+}
+
+void job::plan_ready(std::vector<slot_info> plan, const std::vector<host_slots>& hs) {
+  if (!elastic_)
+    return begin_generation(std::move(plan), hs);
+  waiting_slots_ = false;
+  if (gen_.number > 0 && plan == gen_.plan && !rejoin_due_)
+    return; // e.g. hosts beyond --max-np appeared: no reset
+  if (gen_.number > 0 && ec_.reset_limit && static_cast<int>(gen_.number - 1) >= *ec_.reset_limit)
+    return fail(
+        fmt::format("the job has been reset {} times, which reaches the reset limit "
+                    "(--reset-limit {}); stopping{}",
+                    gen_.number - 1, *ec_.reset_limit,
+                    first_failure_ ? " (last failure: " + *last_failure_ + ")" : std::string{}));
+  begin_generation(std::move(plan), hs);
+}
+
+// "The previous generation" is the last released one, the only one whose ranks hold
+// training state: one of its ranks must run on a host of the next plan. Before any
+// release, a host of the forming generation must stay (nothing to carry yet, but a
+// program that never votes keeps its ranks only that way).
+// A static job has one generation, over every given host once all are ready.
+void job::start_fixed_generation() {
+  if (gen_.number > 0)
+    return;
+  std::vector<host_slots> hs;
+  for (auto& ep : listed_order_) {
+    auto& h = hosts_.at(ep);
+    if (h.st != ehost::status::ready)
+      return;
+    hs.push_back({h.info.name, h.planned});
+  }
+  order_ = listed_order_;
+  assign(hs, job_.np, job_.np);
+}
+
+bool job::previous_generation_survives() const {
+  std::set<std::string> available;
+  for (auto& ep : order_)
+    available.insert(hosts_.at(ep).info.name);
+  if (released_gen_ == 0) {
+    for (auto& s : gen_.plan)
+      if (available.count(s.hostname))
+        return true;
+    return gen_.plan.empty();
+  }
+  std::vector<slot_process> procs;
+  for (auto& [id, s] : slots_)
+    procs.push_back(process_of(s));
+  return !state_carriers(released_gen_, procs, available).empty();
+}
+
+slot_process job::process_of(const eslot& s) const {
+  auto& h = hosts_.at(s.endpoint);
+  return {s.key, h.info.name, s.started, s.joined, s.running && !s.retired};
+}
+
+void job::wait_for_slots(int total) {
+  if (!waiting_slots_) {
+    waiting_slots_ = true;
+    ++slot_wait_serial_;
+    say("waiting up to {} s for at least {} slots (--min-np); available now: {}",
+        ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total));
+    delayed_send(this, ec_.elastic_timeout, deadline_atom::value,
+                 dl_slots | (slot_wait_serial_ << 4));
+  }
+}
+
+std::string job::available_text(int total) {
+  std::string hosts;
+  for (auto& ep : order_) {
+    auto& h = hosts_.at(ep);
+    hosts += fmt::format("{}{} ({} slots)", hosts.empty() ? "" : ", ", h.info.name, h.slots());
+  }
+  return fmt::format("{} slots{}", total, hosts.empty() ? "" : " on " + hosts);
+}
+
+void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_slots>& hs) {
+  auto change = gen_.number == 0 ? host_change::added : compare_hosts(plan_hosts_, hs);
+  std::vector<std::string> added, removed;
+  {
+    std::set<std::string> before, after;
+    for (auto& h : plan_hosts_)
+      before.insert(h.hostname);
+    for (auto& h : hs)
+      after.insert(h.hostname);
+    for (auto& h : hs)
+      if (!before.count(h.hostname))
+        added.push_back(h.hostname);
+    for (auto& h : plan_hosts_)
+      if (!after.count(h.hostname))
+        removed.push_back(h.hostname);
+  }
+  rejoin_wanted_ = false;
+  rejoin_due_ = false;
+  auto reason = std::exchange(reset_reason_, std::string{});
+  gen_ = generation{gen_.number + 1, std::move(plan), clock_type::now()};
+  auto plan_host_names = gen_.hosts();
+  plan_hosts_.clear();
+  for (auto& h : hs)
+    if (std::count(plan_host_names.begin(), plan_host_names.end(), h.hostname))
+      plan_hosts_.push_back(h);
+  // Running slots that are no longer in the job will be answered -1 and are stopped
+  // if they do not end by themselves.
+  for (auto& [id, s] : slots_)
+    if (s.running && !s.retired && !in_plan(s.key))
+      retire_slot(s.key);
+  std::string text = fmt::format("generation {}\nchange {}\n", gen_.number, to_string(change));
+  for (auto& h : added)
+    text += "added " + h + "\n";
+  for (auto& h : removed)
+    text += "removed " + h + "\n";
+  std::string layout;
+  for (auto& h : plan_hosts_)
+    layout += fmt::format("{}{}:{}", layout.empty() ? "" : ",", h.hostname,
+                          std::count_if(gen_.plan.begin(), gen_.plan.end(),
+                                        [&](auto& s) { return s.hostname == h.hostname; }));
+  link_rank_outputs();
+  gen_formed_.emplace_back(gen_.number, clock_type::now());
+  for (auto& r : removed)
+    if (auto it = host_end_.find(r); it != host_end_.end() && it->second.empty())
+      it->second = "removed";
+  if (!elastic_)
+    phase("launch");
+  if (events_.enabled()) { // per-rank contexts are built only for a log that is written
+    nlohmann::json plan = nlohmann::json::array();
+    for (auto& row : gen_.plan)
+      plan.push_back({{"rank", row.rank}, {"host", row.hostname}, {"local_rank", row.local_rank}});
+    events_.emit("generation.begin", {{"generation", gen_.number},
+                                      {"size", gen_.plan.size()},
+                                      {"hosts", gen_.hosts()},
+                                      {"added", added},
+                                      {"removed", removed},
+                                      {"reason", reason},
+                                      {"plan", plan}});
+  }
+  if (elastic_) {
+    say("generation {}: {} ranks on {}{}{}{}", gen_.number, gen_.plan.size(), layout,
+        added.empty() || gen_.number == 1 ? "" : fmt::format(" (added {})", fmt::join(added, ",")),
+        removed.empty() ? "" : fmt::format(" (removed {})", fmt::join(removed, ",")),
+        added.empty() && removed.empty() && !reason.empty() ? " (" + reason + ")" : std::string{});
+  } else {
+    log("{} ranks on {}", gen_.plan.size(), layout);
+  }
+  // Processes that run carry over and learn their place through rank_and_size; the
+  // other slots are fresh: their processes start when the plan is released. A worker
+  // spawned for an earlier plan whose process has not been asked for yet is fresh too.
+  std::map<std::string, std::vector<std::pair<std::string, slot_info>>> fresh; // by host
+  std::vector<std::string> host_order;
+  for (size_t r = 0; r < gen_.plan.size() && !done_; ++r) {
+    auto& row = gen_.plan[r];
+    auto key = slot_key(row.hostname, row.local_rank);
+    auto* s = current(key);
+    if (s && s->running && !s->retired) {
+      s->rank = row.rank;
+      if (!s->launching)
+        gen_.fresh.insert(key);
+      continue;
+    }
+    gen_.fresh.insert(key);
+    if (!fresh.count(row.hostname))
+      host_order.push_back(row.hostname);
+    fresh[row.hostname].emplace_back(key, row);
+  }
+  // The coordinator holds the barrier: the processes the plan carries over vote, the
+  // fresh slots' processes start at the release. No barrier for the first plan
+  // (Horovod's static rendezvous, and horovodrun's first elastic generation): it is
+  // the job's from the start.
+  barrier_spec spec;
+  spec.number = gen_.number;
+  spec.plan = gen_.plan;
+  spec.fresh.assign(gen_.fresh.begin(), gen_.fresh.end());
+  for (auto& [key, row] : gen_.rows)
+    if (auto* s = current(key); s && !gen_.fresh.count(key))
+      spec.carried.push_back(
+          {key, row.hostname,
+           std::chrono::duration_cast<std::chrono::nanoseconds>(s->started.time_since_epoch())
+               .count(),
+           s->joined});
+  spec.update = text;
+  spec.release_now = !elastic_ || gen_.number == 1;
+  send(coord_, barrier_atom::value, std::move(spec));
+  if (!elastic_ || gen_.number == 1)
+    release_generation();
+  // Workers of fresh slots are spawned now; their processes wait for the release.
+  for (auto& host : host_order)
+    if (!done_)
+      start_slots(host, fresh[host]);
+  if (job_.torch_store == torch_store_mode::off)
+    find_master_port();
+  if (!elastic_ || gen_.released)
+    return;
+  if (reason.empty())
+    send(coord_, notify_atom::value, gen_.number, static_cast<uint8_t>(change));
+}
+
+// A slot that joined the released generation asks for the next one: a failure's report
+// usually follows at once; if none does, a new generation starts anyway.
+void job::on_rejoin_request(const std::string& key) {
+  if (done_ || finishing_ || rejoin_wanted_)
+    return;
+  rejoin_wanted_ = true;
+  log("{} asks for a new generation; waiting briefly for the failure's report", key);
+  delayed_send(this, std::chrono::milliseconds(1000), rejoin_atom::value, gen_.number);
+}
+
+// No failure explains a rank's request for a new generation: start one anyway.
+void job::on_rejoin(uint64_t gen) {
+  if (gen != gen_.number || !rejoin_wanted_ || done_ || finishing_)
+    return;
+  say("ranks asked to re-join without a reported failure; starting a new generation");
+  rejoin_due_ = true;
+  reset_reason_ = "ranks asked to re-join";
+  reconsider();
+}
+
+// Slots whose join deadline passed are failures (their hosts are blacklisted); the
+// message says which deadline and why it applies.
+void job::on_late(uint64_t g, const std::vector<std::string>& fresh,
+                  const std::vector<std::string>& carrying) {
+  if (g != gen_.number || gen_.released || done_ || finishing_)
+    return;
+  std::set<std::string> bad_hosts;
+  auto names = [&](const std::vector<std::string>& keys) {
+    std::vector<std::string> out;
+    for (auto& key : keys) {
+      out.push_back(fmt::format("rank {} ({})", gen_.rows.at(key).rank, key));
+      if (auto* s = current(key))
+        bad_hosts.insert(s->endpoint);
+    }
+    return out;
+  };
+  std::vector<std::string> what;
+  if (!fresh.empty())
+    what.push_back(fmt::format("{} did not join generation {} within {} s (--start-timeout; "
+                               "does the program call rank_and_size, e.g. through an elastic "
+                               "run loop?)",
+                               fmt::join(names(fresh), ", "), gen_.number,
+                               job_.start_timeout.count() / 1000.0));
+  if (!carrying.empty())
+    what.push_back(fmt::format("{} did not join generation {} within {} s (--elastic-timeout; "
+                               "it holds the state of generation {} and was waited for while "
+                               "it ran)",
+                               fmt::join(names(carrying), ", "), gen_.number,
+                               ec_.elastic_timeout.count() / 1000.0, released_gen_));
+  for (auto& w : what) {
+    note_failure(w);
+    say("{}", w);
+  }
+  for (auto& ep : bad_hosts)
+    blacklist(ep);
+  reconsider();
+}
+
+// Every process generation G carries over voted: it is released (unless the job has
+// moved on; the held votes then carry over to the next generation).
+void job::on_complete(uint64_t g) {
+  if (g != gen_.number || gen_.released || done_ || finishing_)
+    return;
+  log("generation {}: all {} ranks it carries over joined", gen_.number,
+      gen_.plan.size() - gen_.fresh.size());
+  send(coord_, release_atom::value, g);
+  release_generation();
+  // The fresh slots' processes start now, with the released plan.
+  std::map<std::string, std::vector<uint32_t>> by_host;
+  for (auto id : std::exchange(awaiting_release_, {}))
+    if (auto* s = slot_by_id(id); s && s->running && !s->retired && s->worker && !s->launching)
+      by_host[s->endpoint].push_back(id);
+  for (auto& [ep, ids] : by_host)
+    launch_slots(ep, ids);
+}
+
+// The plan becomes the job's (the coordinator gives it to the servers): the processes
+// it carried over joined it.
+void job::release_generation() {
+  gen_.released = true;
+  for (auto& [key, row] : gen_.rows)
+    if (auto* s = current(key); s && s->launching && !gen_.fresh.count(key))
+      s->joined = gen_.number;
+  released_gen_ = gen_.number;
+  released_plan_ = gen_.plan;
+  events_.emit("generation.released", {{"generation", gen_.number}});
+  if (elastic_)
+    log("generation {} released: {} ranks, {} of them fresh", gen_.number, gen_.plan.size(),
+        gen_.fresh.size());
+  if (executor() && elastic_)
+    send_rank_table();
+}
+
+// Elastic: drops the slots whose processes were never asked for (they wait for a
+// release that will not come): nothing of theirs runs, so nothing reports their end.
+// (A static job launches every slot of its one plan.)
+void job::drop_unlaunched() {
+  for (auto& [id, s] : slots_)
+    drop_if_unlaunched(s);
+  awaiting_release_.clear();
+}
+
+bool job::drop_if_unlaunched(eslot& s) {
+  if (!elastic_ || !s.running || s.launching || s.launched)
+    return false;
+  s.running = false;
+  s.retired = true;
+  if (s.worker) {
+    demonitor(s.worker.address()); // its end is ours, not news of its node
+    send_exit(s.worker, caf::exit_reason::user_shutdown);
+  }
+  return true;
+}
+
+// Host names of the last released plan, in rank order.
+std::vector<std::string> job::released_hosts() const {
+  std::vector<std::string> out;
+  for (auto& row : released_plan_)
+    if (std::find(out.begin(), out.end(), row.hostname) == out.end())
+      out.push_back(row.hostname);
+  return out;
+}
+
+// The coordinator told rank 0's notification service of generation G's host change
+// (Horovod's HostsUpdatedRequest), or could not.
+void job::on_notified(uint64_t g, const std::string& key, const std::string& problem) {
+  events_.emit(
+      "notify.sent",
+      {{"slot", key}, {"generation", g}, {"delivered", problem.empty()}, {"cause", problem}});
+  if (problem.empty())
+    return log("rank 0 ({}) was told of generation {}'s host change", key, g);
+  if (g == gen_.number && !gen_.released && !done_ && !finishing_)
+    say("warning: could not tell rank 0 ({}) of the host change of generation {}: {}; its "
+        "ranks learn of it only through /elastic/update or a failure",
+        key, g, problem);
+}
+
+} // namespace cafhvd::driver_impl

@@ -1,0 +1,401 @@
+// The job actor's processes: workers spawned per host (one request) and registered
+// with the coordinator, each rank's environment, launches per host, retirement, and
+// how every exit is judged (success, fail fast, or an elastic failure).
+#include "actors/job_actor.hpp"
+
+namespace cafhvd::driver_impl {
+
+// One host's new slots: one request spawns their workers (the node's colocator does
+// it locally), one request launches them. Messages per job grow with hosts, not ranks.
+void job::start_slots(const std::string& hostname,
+                      const std::vector<std::pair<std::string, slot_info>>& rows) {
+  auto* h = host_by_name(hostname);
+  if (!h)
+    return fail(fmt::format("internal error: host {} of the plan is not ready", hostname));
+  std::vector<uint32_t> ids;
+  for (auto& [key, row] : rows) {
+    eslot s;
+    s.id = next_slot_id_++;
+    s.key = key;
+    s.endpoint = h->endpoint();
+    s.running = true;
+    s.rank = row.rank;
+    s.started = clock_type::now();
+    // A retired process of the same slot may still be ending: it keeps its own entry.
+    slots_[s.id] = s;
+    current_[key] = s.id;
+    ids.push_back(s.id);
+  }
+  auto ep = h->endpoint();
+  // Two answers before the launch: the colocator's (the workers) and the coordinator's
+  // (each worker reported that it runs on this host).
+  struct join {
+    std::optional<std::vector<worker_actor>> workers;
+    std::optional<std::vector<std::string>> reports;
+  };
+  auto both = std::make_shared<join>();
+  auto ready = [this, ep, ids, both] {
+    if (!both->workers || !both->reports)
+      return;
+    std::vector<uint32_t> go;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto w = i < both->workers->size() ? (*both->workers)[i] : worker_actor{};
+      if (!worker_spawned(ids[i], w))
+        continue;
+      auto& problem = (*both->reports)[i];
+      if (!problem.empty()) {
+        if (auto* s = slot_by_id(ids[i]); s && s->running)
+          slot_failed(*s, "cannot start: " + problem);
+        continue;
+      }
+      go.push_back(ids[i]);
+    }
+    launch_slots(ep, go);
+    maybe_finish(); // a failure above may have left nothing running
+  };
+  request(coord_, job_.start_timeout + std::chrono::seconds(1), expect_atom::value, ids,
+          h->info.name)
+      .then(
+          [both, ready](std::vector<std::string>& reports) {
+            both->reports = std::move(reports);
+            ready();
+          },
+          [this, ids](caf::error& e) {
+            fail_running(
+                ids, fmt::format("the coordinator did not answer for its worker: {}", describe(e)));
+          });
+  request(h->colocator, job_.start_timeout, workers_atom::value, ids)
+      .then(
+          [both, ready](std::vector<worker_actor>& workers) {
+            both->workers = std::move(workers);
+            ready();
+          },
+          [this, ids](caf::error& e) {
+            fail_running(ids, fmt::format("cannot start its worker: {}", describe(e)));
+          });
+}
+
+// A batch request for these slots failed: each still running fails with `why`.
+void job::fail_running(const std::vector<uint32_t>& ids, const std::string& why) {
+  for (auto id : ids)
+    if (auto* s = slot_by_id(id); s && s->running)
+      slot_failed(*s, why);
+}
+
+// True when the slot's worker may launch its process now.
+bool job::worker_spawned(uint32_t id, worker_actor w) {
+  auto* s = slot_by_id(id);
+  if (!s)
+    return false;
+  if (!w) {
+    slot_failed(*s, "its node could not spawn its worker");
+    return false;
+  }
+  monitor(w);
+  s->worker = w;
+  if (s->retired || done_) {
+    s->running = false;
+    demonitor(w.address()); // its end is ours, not news of its node
+    send_exit(w, caf::exit_reason::user_shutdown);
+    return false;
+  }
+  return true;
+}
+
+// --torch-store off: MASTER_PORT is a port free on rank 0's host now, found anew for
+// every generation (rank 0 and its host may have changed); new processes wait for it.
+void job::find_master_port() {
+  master_port_ = 0;
+  auto g = gen_.number;
+  auto host = gen_.plan.front().hostname;
+  auto* m = host_by_name(host);
+  if (!m)
+    return fail(fmt::format("internal error: rank 0's host {} is not ready", host));
+  request(m->colocator, job_.start_timeout, port_atom::value)
+      .then(
+          [this, g, host](int32_t port) {
+            if (g != gen_.number || done_)
+              return;
+            if (port <= 0)
+              return fail(fmt::format("rank 0's host {} found no free port for MASTER_PORT", host));
+            master_port_ = port;
+            std::map<std::string, std::vector<uint32_t>> by_host;
+            for (auto id : std::exchange(awaiting_port_, {}))
+              if (auto* s = slot_by_id(id); s && s->running && !s->retired && s->worker)
+                by_host[s->endpoint].push_back(id);
+            for (auto& [ep, ids] : by_host)
+              launch_slots(ep, ids);
+          },
+          [this, g, host](caf::error& e) {
+            if (g == gen_.number)
+              fail(fmt::format("MASTER_PORT: rank 0's host {} did not answer: {}", host,
+                               describe(e)));
+          });
+}
+
+// The slot's environment from its row of the current plan (which may be newer than
+// the one its worker was spawned for); nullopt when it cannot launch now.
+std::optional<std::vector<std::string>> job::rank_environment(eslot& s) {
+  auto it = gen_.rows.find(s.key);
+  if (it == gen_.rows.end()) {
+    // The slot left the job while its worker was spawned.
+    s.running = false;
+    s.retired = true;
+    demonitor(s.worker.address());
+    send_exit(s.worker, caf::exit_reason::user_shutdown);
+    return std::nullopt;
+  }
+  if (!gen_.released) {
+    // A process reads its place from its environment: it starts with the released plan
+    // and never writes into the rendezvous scopes of a plan it will not run in.
+    awaiting_release_.push_back(s.id);
+    return std::nullopt;
+  }
+  auto& row = it->second;
+  auto& h = hosts_.at(s.endpoint);
+  auto* master_host = host_by_name(gen_.plan.front().hostname);
+  if (!master_host) {
+    slot_failed(s, "rank 0's host is gone");
+    return std::nullopt;
+  }
+  auto& master = *master_host;
+  bool agent_store = served_->store_port != 0;
+  if (!agent_store && master_port_ <= 0) {
+    awaiting_port_.push_back(s.id); // launched when this generation's port is known
+    return std::nullopt;
+  }
+  rank_env_input in;
+  in.rank = row.rank;
+  in.size = row.size;
+  in.local_rank = row.local_rank;
+  in.local_size = row.local_size;
+  in.cross_rank = row.cross_rank;
+  in.cross_size = row.cross_size;
+  in.group_rank = static_cast<int>(std::find_if(plan_hosts_.begin(), plan_hosts_.end(),
+                                                [&](auto& x) { return x.hostname == row.hostname; })
+                                   - plan_hosts_.begin());
+  in.hostname = h.info.name;
+  if (agent_store) {
+    in.master_addr = served_->address;
+    in.master_port = served_->store_port;
+    in.agent_store = true;
+    in.restart_count = static_cast<int>(gen_.number - 1);
+  } else {
+    in.master_addr = master.reach_address;
+    in.master_port = master_port_;
+  }
+  in.nccl_ifaces = h.nics;
+  in.iface = h.nics.empty() ? std::string{} : h.nics.front();
+  in.rendezvous_addr = served_->address;
+  in.rendezvous_port = served_->port;
+  in.base = job_.base_env;
+  in.extra = job_.extra_env;
+  in.cuda_visible_devices = visible_devices(h, row.local_rank);
+  in.cpus_per_slot = static_cast<int>(job_.cpus_per_slot);
+  if (elastic_) {
+    in.extra.push_back("HOROVOD_ELASTIC=1");
+    // the released plan it starts in: /elastic/update says when a newer one forms
+    in.extra.push_back(fmt::format("CAF_HVD_GENERATION={}", gen_.number));
+  }
+  auto env = build_rank_env(in);
+  env.push_back("PWD=" + job_.cwd);
+  std::sort(env.begin(), env.end());
+  return env;
+}
+
+// Launches the slots (all of host `ep`, workers spawned) with one message: the
+// variables they share once, each slot's own beside them.
+void job::launch_slots(const std::string& ep, const std::vector<uint32_t>& ids) {
+  auto hit = hosts_.find(ep);
+  if (hit == hosts_.end() || !hit->second.colocator)
+    return;
+  launch_batch batch;
+  std::vector<std::vector<std::string>> envs;
+  for (auto id : ids) {
+    auto* s = slot_by_id(id);
+    if (!s || !s->running || s->retired || !s->worker)
+      continue;
+    auto env = rank_environment(*s);
+    if (!env)
+      continue;
+    batch.slots.push_back(id);
+    envs.push_back(std::move(*env));
+    s->launching = true;
+    if (elastic_)
+      s->joined = gen_.number; // it starts in the released plan: it takes the state
+    if (executor() && !boot_.empty())
+      s->calls.push_back(0);
+    open_outputs(s->key);
+  }
+  if (batch.slots.empty())
+    return;
+  batch.common_env = envs.front();
+  for (size_t i = 1; i < envs.size(); ++i) {
+    std::vector<std::string> both;
+    std::set_intersection(batch.common_env.begin(), batch.common_env.end(), envs[i].begin(),
+                          envs[i].end(), std::back_inserter(both));
+    batch.common_env.swap(both);
+  }
+  for (auto& env : envs) {
+    std::vector<std::string> own;
+    std::set_difference(env.begin(), env.end(), batch.common_env.begin(), batch.common_env.end(),
+                        std::back_inserter(own));
+    batch.envs.push_back(std::move(own));
+  }
+  batch.argv = job_.command;
+  batch.cwd = job_.cwd;
+  if (executor()) {
+    batch.executor = true;
+    batch.boot = boot_;
+    batch.max_frame = job_.max_frame;
+  }
+  auto launched = batch.slots;
+  request(hit->second.colocator, job_.start_timeout, launch_atom::value, std::move(batch))
+      .then(
+          [this, launched](std::vector<int32_t>& pids) {
+            for (size_t i = 0; i < launched.size(); ++i)
+              if (i < pids.size() && pids[i] > 0)
+                slot_launched(launched[i], pids[i]);
+            // pid 0: the process could not start; its worker reports how it ended
+          },
+          [this, launched](caf::error& e) {
+            fail_running(launched, fmt::format("launch failed: {}", describe(e)));
+          });
+}
+
+void job::slot_launched(uint32_t id, int32_t pid) {
+  auto* s = slot_by_id(id);
+  if (!s)
+    return;
+  s->launched = true;
+  log("rank {} ({}) started, pid {}", s->rank, s->key, pid);
+  if (events_.enabled())
+    events_.emit("rank.started", {{"rank", s->rank},
+                                  {"host", hosts_.at(s->endpoint).info.name},
+                                  {"slot", s->key},
+                                  {"pid", pid},
+                                  {"generation", gen_.number}});
+  // A static job launches each slot of its one generation once.
+  if (!elastic_ && !all_started_ && ++launched_ == gen_.plan.size()) {
+    all_started_ = true;
+    log("all {} ranks started", gen_.plan.size());
+    // A rank may have failed while another host's launch reply was on its way: the
+    // job is in teardown then, and stays there.
+    if (done_)
+      return;
+    phase("run");
+    if (executor())
+      send_rank_table();
+  }
+}
+
+// A slot that will not take part any more: its held votes are answered and its
+// process, if it does not end by itself, is stopped after the grace period.
+void job::retire_slot(const std::string& key) {
+  send(coord_, leave_atom::value, key);
+  auto* s = current(key);
+  if (!s || s->retired || drop_if_unlaunched(*s))
+    return;
+  s->retired = true;
+  if (s->running)
+    delayed_send(this, job_.kill_grace, retire_atom::value, s->id, int32_t{SIGTERM});
+}
+
+void job::on_exit(const rank_exit& ex) {
+  auto* s = slot_by_id(ex.rank);
+  if (!s || !s->running)
+    return;
+  s->running = false;
+  exit_status st{ex.code, ex.signal, ex.exec_error};
+  auto how = describe_exit(st, ex.stopped_by);
+  s->exit_code = st.launcher_code();
+  ++process_ends_[s->exit_code == 0 ? std::string{"exit 0"} : fmt::format("code {}", s->exit_code)];
+  log("rank {} on {} ended: {}", s->rank, s->key, how);
+  if (executor())
+    fail_calls(*s, loss_cause(*s, how));
+  if (events_.enabled()) {
+    nlohmann::json ended{{"rank", s->rank},
+                         {"host", hosts_.at(s->endpoint).info.name},
+                         {"slot", s->key},
+                         {"code", st.launcher_code()},
+                         {"signal", st.signal},
+                         {"generation", gen_.number},
+                         {"retired", s->retired || !is_current(*s) || !in_plan(s->key)}};
+    if (!st.exec_error.empty())
+      ended["exec_error"] = st.exec_error;
+    if (!ex.stopped_by.empty())
+      ended["stopped_by"] = ex.stopped_by;
+    events_.emit("rank.ended", ended);
+  }
+  if (!is_current(*s)) {
+    slots_.erase(ex.rank); // a replaced process: nothing refers to it any more
+    return maybe_finish();
+  }
+  send(coord_, gone_atom::value, s->key); // its notification service ended with it
+  if (s->retired || !in_plan(s->key)) {
+    send(coord_, leave_atom::value, s->key);
+    return maybe_finish();
+  }
+  // A static executor's ranks end when the owner shuts them down, not before.
+  bool early_end = executor() && !elastic_ && !shutdown_requested_;
+  if (st.launcher_code() == 0 && !early_end) {
+    if (!finishing_) {
+      finishing_ = true;
+      log("rank {} finished; the job ends when the others do", s->rank);
+      // Ranks that wait for another generation are told that there is none.
+      send(coord_, stop_atom::value);
+      drop_unlaunched(); // fresh slots of a plan that will not be released
+    }
+    return maybe_finish();
+  }
+  auto why = fmt::format("{} {}", st.exec_error.empty() ? "ended with" : "could not start:", how);
+  if (!s->channel_problem.empty())
+    why = how = fmt::format("broke its executor channel: {} (killed)", s->channel_problem);
+  else if (early_end && st.launcher_code() == 0)
+    why = how = "ended (exit code 0) while the executor still needed it";
+  if (!elastic_)
+    return failed_fast(*s, why, how, std::max(st.launcher_code(), 1));
+  slot_failed(*s, why);
+}
+
+// Static jobs: the first rank that fails stops the job, which exits with its code.
+void job::failed_fast(eslot& s, const std::string& why, const std::string& how, int code) {
+  auto host = hosts_.at(s.endpoint).info.name;
+  note_failure(fmt::format("rank {} on host {} {}", s.rank, host, why));
+  if (!failure_ && !done_ && !interrupted_) {
+    failure_ = fmt::format("rank {} on host {} failed first: {}", s.rank, host, how);
+    failure_code_ = code;
+    say("rank {} on host {} {}{}", s.rank, host, why,
+        gen_.plan.size() > 1 ? "; stopping the other ranks" : "");
+    teardown();
+  }
+  maybe_finish();
+}
+
+void job::slot_failed(eslot& s, const std::string& why) {
+  s.running = false;
+  auto& h = hosts_.at(s.endpoint);
+  auto what = fmt::format("rank {} on host {} {}", s.rank, h.info.name, why);
+  if (!elastic_)
+    return fail(what); // a worker that could not be started or launched
+  note_failure(what);
+  if (finishing_ || done_) {
+    if (!failure_)
+      failure_ = what;
+    return maybe_finish();
+  }
+  say("{}", what);
+  reset_reason_ = "after a failure";
+  blacklist(s.endpoint);
+  reconsider();
+  maybe_finish();
+}
+
+void job::note_failure(const std::string& what) {
+  events_.emit("failure", {{"cause", what}});
+  if (!first_failure_)
+    first_failure_ = what;
+  last_failure_ = what;
+}
+
+} // namespace cafhvd::driver_impl
