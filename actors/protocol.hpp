@@ -3,6 +3,8 @@
 //
 //   job ──spawn──▶ colocator (one per node per job)        node agent process
 //   job ──spawn──▶ worker (one per slot) ──▶ child process (caf-hvd-exec ▶ command)
+//   job ──abort──▶ colocator ─thread─▶ shutdown of its ranks' Gloo sockets (elastic, a
+//                                      rank failed: survivors fail now, not at a timeout)
 //   job ◀─output/exited── worker     job ◀─tstore── the torch store (protocol problems)
 //   guardian ──stop──▶ colocator ──stop──▶ worker          (the agent shuts down)
 //
@@ -55,6 +57,9 @@ using close_atom = caf::atom_constant<caf::atom("chclose")>;
 using control_atom = caf::atom_constant<caf::atom("control")>;
 using gpu_atom = caf::atom_constant<caf::atom("gpus")>;
 using workers_atom = caf::atom_constant<caf::atom("workers")>;
+// elastic: a rank failed, the broken generation's Gloo connections end at once
+using abort_atom = caf::atom_constant<caf::atom("gabort")>;
+using aborted_atom = caf::atom_constant<caf::atom("gaborted")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -179,6 +184,19 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
            x.stopped_by);
 }
 
+/// What a node's agent did to end a broken generation's Gloo connections.
+struct gloo_abort_report {
+  uint32_t processes = 0;            // rank processes looked at
+  uint32_t cut = 0;                  // connections shut down
+  std::vector<std::string> problems; // what failed, with the OS error
+  bool refused = false;              // pidfd_getfd is not allowed or not available here
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gloo_abort_report& x) {
+  return f(caf::meta::type_name("gloo_abort_report"), x.processes, x.cut, x.problems, x.refused);
+}
+
 // -- interfaces ----------------------------------------------------------------------
 
 /// The part of the driver that node-side actors talk to. Output and executor logs are
@@ -242,6 +260,12 @@ using colocator_actor = caf::typed_actor<
     // its exit report says why)
     caf::replies_to<workers_atom, std::vector<uint32_t>>::with<std::vector<worker_actor>>,
     caf::replies_to<launch_atom, launch_batch>::with<std::vector<int32_t>>,
+    // elastic, after a rank failed: shut down the Gloo connections of these slots' rank
+    // processes (slots; Gloo's listening addresses and the job's server endpoints, as
+    // "ip:port"; see runtime/socket_abort.hpp), on a thread; answered when done
+    caf::replies_to<abort_atom, std::vector<uint32_t>, std::vector<std::string>,
+                    std::vector<std::string>>::with<gloo_abort_report>,
+    caf::reacts_to<aborted_atom, uint64_t, gloo_abort_report>, // from an abort thread
     caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
     caf::reacts_to<stop_atom, std::string>,    // the agent shuts down (why): as terminate
     caf::reacts_to<kill_atom>>;                // the grace period is over
