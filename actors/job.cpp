@@ -1981,8 +1981,8 @@ private:
   }
 
   void check_release() {
-    if (gen_.released || done_ || finishing_ || !gen_.complete())
-      return;
+    if (gen_.released || done_ || finishing_ || !gen_.complete() || aborts_in_flight_ > 0)
+      return; // (the broken generation's Gloo connections are still being shut down)
     log("generation {}: all {} ranks it carries over joined", gen_.number,
         gen_.plan.size() - gen_.fresh.size());
     release_generation();
@@ -2217,8 +2217,78 @@ private:
     say("{}", what);
     reset_reason_ = "after a failure";
     blacklist(s.endpoint);
+    abort_gloo();
     reconsider();
     maybe_finish();
+  }
+
+  // -- ending a broken generation's Gloo connections ---------------------------------
+  // Horovod 0.28 does not close a failed rank's Gloo sockets (process set 0's contexts
+  // leak on shutdown), so a survivor blocked in a receive from a peer that already
+  // failed waits for Gloo's timeout (30 s) before it restores its commit and re-joins.
+  // The survivors' agents shut those connections down at once (runtime/socket_abort.hpp);
+  // the next generation is held until every agent answered (at most 3 s), so no
+  // connection of the new generation can be hit.
+  void abort_gloo() {
+    if (!elastic_ || !server_ || done_ || finishing_)
+      return;
+    auto gloo = server_->gloo_endpoints();
+    if (gloo.empty())
+      return; // no Gloo rendezvous in this generation
+    std::map<std::string, std::vector<uint32_t>> by_host;
+    for (auto& [id, s] : slots_)
+      if (s.running && s.launched && !s.retired && is_current(s))
+        by_host[s.endpoint].push_back(id);
+    std::vector<std::string> gloo_text, keep;
+    for (auto& e : gloo)
+      gloo_text.push_back(e.str());
+    auto a = server_->address();
+    auto at = [&](uint16_t port) {
+      return a.find(':') == std::string::npos ? fmt::format("{}:{}", a, port)
+                                              : fmt::format("[{}]:{}", a, port);
+    };
+    keep.push_back(at(server_->port()));
+    if (torch_store_)
+      keep.push_back(at(torch_store_->port()));
+    for (auto& [ep, ids] : by_host) {
+      auto& h = hosts_.at(ep);
+      if (!h.colocator || h.st == ehost::status::lost)
+        continue;
+      ++aborts_in_flight_;
+      auto t0 = clock_type::now();
+      request(h.colocator, std::chrono::seconds(3), abort_atom::value, ids, gloo_text, keep)
+          .then([this, ep, t0](gloo_abort_report& r) { gloo_aborted(ep, t0, r, {}); },
+                [this, ep, t0](caf::error& e) {
+                  gloo_aborted(ep, t0, {}, "no answer: " + to_string(e));
+                });
+    }
+  }
+
+  void gloo_aborted(const std::string& ep, clock_type::time_point t0, const gloo_abort_report& r,
+                    const std::string& error) {
+    --aborts_in_flight_;
+    auto host = hosts_.at(ep).info.name;
+    auto problem = error.empty() ? fmt::format("{}", fmt::join(r.problems, "; ")) : error;
+    auto ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    log("host {}: shut down {} Gloo connection{} of {} rank process group{} in {:.0f} ms{}", host,
+        r.cut, r.cut == 1 ? "" : "s", r.processes, r.processes == 1 ? "" : "s", ms,
+        problem.empty() ? "" : " (" + problem + ")");
+    events_.emit("gloo.abort",
+                 {{"host", host},
+                  {"processes", r.processes},
+                  {"cut", r.cut},
+                  {"ms", ms},
+                  {"problem", problem.empty() ? nlohmann::json() : nlohmann::json(problem)}});
+    if (r.refused && !gloo_abort_refused_) {
+      gloo_abort_refused_ = true;
+      say("warning: host {} cannot end the failed generation's Gloo connections ({}: needs "
+          "pidfd_getfd, Linux 5.6, and ptrace rights over the ranks, e.g. Yama ptrace_scope "
+          "0 or 1); survivors that wait on a failed peer recover only at Gloo's timeout "
+          "(HOROVOD_GLOO_TIMEOUT_SECONDS)",
+          host, problem);
+    }
+    if (aborts_in_flight_ == 0)
+      check_release();
   }
 
   void note_failure(const std::string& what) {
@@ -2317,6 +2387,7 @@ private:
         note_failure(what);
         say("{}", what);
         blacklist(ep);
+        abort_gloo();
         reconsider();
       } else if (had_ranks) {
         // The job was ending (a rank of the final generation exited 0): the ranks of the
@@ -2605,6 +2676,8 @@ private:
   bool rejoin_wanted_ = false; // a rank that joined asks for the next generation
   bool rejoin_due_ = false;    // ... and no failure explained it in time
   std::string reset_reason_;
+  int aborts_in_flight_ = 0;        // Gloo abort requests not answered yet (they hold the release)
+  bool gloo_abort_refused_ = false; // said once that an agent cannot do them
   bool waiting_slots_ = false;
   uint32_t slot_wait_serial_ = 0;
 
