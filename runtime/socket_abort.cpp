@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <sstream>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -217,7 +218,7 @@ std::vector<tcp_connection> tcp_connections_of(pid_t pid) {
     for (auto& row :
          parse_tcp_table(read_file(fmt::format("/proc/{}/net/tcp{}", pid, v6 ? "6" : "")), v6))
       if (auto it = fds.find(row.inode); it != fds.end() && row.inode != 0)
-        out.push_back(tcp_connection{pid, it->second, row.local, row.remote, row.state});
+        out.push_back(tcp_connection{pid, it->second, row.local, row.remote, row.state, row.inode});
   return out;
 }
 
@@ -253,28 +254,35 @@ bool is_gloo_connection(const tcp_connection& c, const std::set<tcp_endpoint>& g
   return gloo.count(c.local) || gloo.count(c.remote);
 }
 
-std::string shutdown_socket_of(pid_t pid, int fd, bool& refused) {
+socket_shutdown shutdown_socket_of(pid_t pid, int fd, uint64_t inode) {
+  socket_shutdown r;
   auto failed = [&](const char* call) {
     int e = errno;
-    if (e == EPERM || e == ENOSYS || e == EACCES)
-      refused = true;
-    return fmt::format("{} (pid {}, fd {}): {}", call, pid, fd, std::strerror(e));
+    r.refused = e == EPERM || e == ENOSYS || e == EACCES;
+    r.problem = fmt::format("{} (pid {}, fd {}): {}", call, pid, fd, std::strerror(e));
+    return r;
   };
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0)
-    return failed("pidfd_open");
+    return errno == ESRCH ? r : failed("pidfd_open"); // ESRCH: the process ended
   int copy = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
   if (copy < 0) {
-    auto why = failed("pidfd_getfd");
+    // EBADF: closed meanwhile (Gloo closes a pair that failed first); ESRCH: ended
+    if (errno != EBADF && errno != ESRCH)
+      failed("pidfd_getfd");
     ::close(pidfd);
-    return why;
+    return r;
   }
-  std::string why;
-  if (::shutdown(copy, SHUT_RDWR) != 0 && errno != ENOTCONN)
-    why = failed("shutdown");
+  struct stat st {};
+  if (inode == 0 || (::fstat(copy, &st) == 0 && st.st_ino == inode)) {
+    if (::shutdown(copy, SHUT_RDWR) == 0)
+      r.cut = true;
+    else if (errno != ENOTCONN)
+      failed("shutdown");
+  }
   ::close(copy); // only our copy: the process keeps its descriptor
   ::close(pidfd);
-  return why;
+  return r;
 }
 
 socket_abort_result abort_gloo_connections(const std::vector<pid_t>& pgids,
@@ -286,11 +294,12 @@ socket_abort_result abort_gloo_connections(const std::vector<pid_t>& pgids,
       for (auto& c : tcp_connections_of(pid)) {
         if (!is_gloo_connection(c, gloo, keep))
           continue;
-        auto why = shutdown_socket_of(pid, c.fd, r.refused);
-        if (why.empty())
-          ++r.cut;
-        else
-          r.problems.push_back(fmt::format("{} -> {}: {}", c.local.str(), c.remote.str(), why));
+        auto one = shutdown_socket_of(pid, c.fd, c.inode);
+        r.cut += one.cut;
+        r.refused = r.refused || one.refused;
+        if (!one.problem.empty())
+          r.problems.push_back(
+              fmt::format("{} -> {}: {}", c.local.str(), c.remote.str(), one.problem));
         if (r.refused)
           return r; // the same refusal would come for every other socket
       }

@@ -40,7 +40,8 @@ struct tcp_connection {
   pid_t pid = 0;
   int fd = -1;
   tcp_endpoint local, remote;
-  int state = 0; // the kernel's TCP state (1: ESTABLISHED, 10: LISTEN)
+  int state = 0;      // the kernel's TCP state (1: ESTABLISHED, 10: LISTEN)
+  uint64_t inode = 0; // the socket's inode (the descriptor may be reused meanwhile)
 };
 
 /// The rows of /proc/<pid>/net/tcp or tcp6 (`text`): socket inode -> (local, remote, state).
@@ -72,10 +73,18 @@ struct socket_abort_result {
   bool refused = false; // pidfd_open/pidfd_getfd not allowed or not available (EPERM, ENOSYS)
 };
 
+/// What became of one socket.
+struct socket_shutdown {
+  bool cut = false;     // shut down
+  bool refused = false; // pidfd_open/pidfd_getfd not allowed or not available
+  std::string problem;  // the failed call and its error ("" when cut or already gone)
+};
+
 /// Shuts down (SHUT_RDWR) socket `fd` of process `pid` through a copy taken with
-/// pidfd_getfd; the process keeps its descriptor, the connection ends (its peer reads EOF).
-/// "" on success, else the failed call and its error; `refused` is set for EPERM/ENOSYS.
-std::string shutdown_socket_of(pid_t pid, int fd, bool& refused);
+/// pidfd_getfd, if it still is socket `inode` (0: any); the process keeps its descriptor,
+/// the connection ends (its peer reads EOF). A socket the process closed meanwhile, or a
+/// descriptor that now names another file, is left alone without a problem.
+socket_shutdown shutdown_socket_of(pid_t pid, int fd, uint64_t inode);
 
 /// Every Gloo connection (is_gloo_connection) of every process in these process groups.
 socket_abort_result abort_gloo_connections(const std::vector<pid_t>& pgids,

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -254,4 +255,25 @@ TEST_CASE("abort_gloo_connections cuts a Gloo connection between two processes a
   ::waitpid(b, nullptr, 0);
   for (int fd : {r, rdzv, a_report[0], a_report[1], b_report[0], b_report[1]})
     ::close(fd);
+}
+
+TEST_CASE("shutdown_socket_of leaves a closed descriptor and one that names another socket") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  struct stat st {};
+  REQUIRE(::fstat(sv[0], &st) == 0);
+  auto other = shutdown_socket_of(::getpid(), sv[0], st.st_ino + 1); // reused descriptor
+  CHECK_FALSE(other.cut);
+  CHECK(other.problem.empty());
+  CHECK(::write(sv[0], "x", 1) == 1); // still connected
+  auto mine = shutdown_socket_of(::getpid(), sv[0], st.st_ino);
+  CHECK(mine.cut);
+  char c = 0;
+  CHECK(::read(sv[1], &c, 1) == 1);
+  CHECK(::read(sv[1], &c, 1) == 0); // EOF
+  ::close(sv[0]);
+  auto gone = shutdown_socket_of(::getpid(), sv[0], st.st_ino); // closed meanwhile
+  CHECK_FALSE(gone.cut);
+  CHECK(gone.problem.empty());
+  ::close(sv[1]);
 }
