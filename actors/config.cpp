@@ -30,8 +30,10 @@ hvd_config::hvd_config() {
   add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
   add_message_type<output_batch>("cafhvd::output_batch");
   add_message_type<rank_exit>("cafhvd::rank_exit");
+  add_message_type<gloo_abort_report>("cafhvd::gloo_abort_report");
   add_message_type<driver_actor>("cafhvd::driver_actor");
   add_message_type<coordinator_actor>("cafhvd::coordinator_actor");
+  add_message_type<gloo_links>("cafhvd::gloo_links");
   add_actor_type(colocator_type_name, colocator_fn);
   add_actor_type(worker_type_name, worker_fn);
   // A foreign CAF application that finds the port is refused at the handshake.

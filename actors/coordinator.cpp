@@ -19,6 +19,7 @@
 #include "runtime/generation.hpp"
 #include "runtime/horovod_wire.hpp"
 #include "runtime/rendezvous_server.hpp"
+#include "runtime/socket_abort.hpp"
 #include "runtime/torch_store.hpp"
 
 namespace cafhvd {
@@ -75,6 +76,7 @@ public:
             answer(key, slot_not_in_job);
           gen_.votes.clear();
         },
+        [this](gloo_atom) { return links(); },
         [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
         [this](register_atom, std::string& host, int32_t lr, std::string& body) {
           on_register(host, lr, body);
@@ -159,6 +161,24 @@ private:
       event("torch_store", {{"address", bind}, {"port", store_->port()}});
     }
     return {{}, server_->address(), server_->port(), store_ ? store_->port() : uint16_t{0}};
+  }
+
+  // The endpoints of the current plan's Gloo connections, and the servers' own.
+  gloo_links links() {
+    gloo_links l;
+    if (!server_)
+      return l;
+    for (auto& e : server_->gloo_endpoints())
+      l.gloo.push_back(e.str());
+    auto& a = server_->address();
+    auto at = [&](uint16_t port) {
+      return a.find(':') == std::string::npos ? fmt::format("{}:{}", a, port)
+                                              : fmt::format("[{}]:{}", a, port);
+    };
+    l.keep.push_back(at(server_->port()));
+    if (store_)
+      l.keep.push_back(at(store_->port()));
+    return l;
   }
 
   // -- the workers' registrations -----------------------------------------------------------

@@ -256,6 +256,11 @@ private:
   void on_exit(const rank_exit& ex);
   void failed_fast(eslot& s, const std::string& why, const std::string& how, int code);
   void slot_failed(eslot& s, const std::string& why);
+  void abort_gloo();
+  void send_aborts(const gloo_links& links);
+  void gloo_aborted(const std::string& ep, clock_type::time_point t0, const gloo_abort_report& r,
+                    const std::string& error);
+  void abort_answered();
   void note_failure(const std::string& what);
 
   // -- the executor relay: the owner's channel and calls (actors/job_executor.cpp) ----
@@ -328,6 +333,9 @@ private:
   std::string reset_reason_;
   bool waiting_slots_ = false;
   uint32_t slot_wait_serial_ = 0;
+  int aborts_in_flight_ = 0;        // Gloo abort requests not answered (they hold the release)
+  uint64_t held_complete_ = 0;      // ... the generation that completed meanwhile
+  bool gloo_abort_refused_ = false; // said once that an agent cannot do them
 
   // processes (actors/job_launch.cpp)
   std::map<uint32_t, eslot> slots_;         // every slot process by id (workers' "rank")

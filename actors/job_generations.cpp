@@ -335,6 +335,11 @@ void job::on_late(uint64_t g, const std::vector<std::string>& fresh,
 void job::on_complete(uint64_t g) {
   if (g != gen_.number || gen_.released || done_ || finishing_)
     return;
+  if (aborts_in_flight_ > 0) {
+    // the broken generation's Gloo connections are still being shut down
+    held_complete_ = g;
+    return log("generation {} waits for the Gloo aborts to be answered", g);
+  }
   log("generation {}: all {} ranks it carries over joined", gen_.number,
       gen_.plan.size() - gen_.fresh.size());
   send(coord_, release_atom::value, g);

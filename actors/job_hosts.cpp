@@ -517,6 +517,7 @@ void job::on_down(const caf::down_msg& dm) {
       note_failure(what);
       say("{}", what);
       blacklist(ep);
+      abort_gloo();
       reconsider();
     } else if (had_ranks) {
       // The job was ending (a rank of the final generation exited 0): the ranks of the

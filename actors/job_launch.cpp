@@ -387,8 +387,83 @@ void job::slot_failed(eslot& s, const std::string& why) {
   say("{}", what);
   reset_reason_ = "after a failure";
   blacklist(s.endpoint);
+  abort_gloo();
   reconsider();
   maybe_finish();
+}
+
+// -- ending a broken generation's Gloo connections ---------------------------------
+// Horovod 0.28 does not close a failed rank's Gloo sockets (process set 0's contexts
+// leak on shutdown), so a survivor blocked in a receive from a peer that already
+// failed waits for Gloo's timeout (30 s) before it restores its commit and re-joins.
+// The survivors' agents shut those connections down at once (runtime/socket_abort.hpp);
+// the next generation is held until every agent answered (at most 3 s), so no
+// connection of the new generation can be hit.
+void job::abort_gloo() {
+  if (!elastic_ || !served_ || done_ || finishing_)
+    return;
+  ++aborts_in_flight_; // the coordinator's answer holds the release too
+  request(coord_, std::chrono::seconds(3), gloo_atom::value)
+      .then([this](gloo_links& links) { send_aborts(links); },
+            [this](caf::error& e) {
+              log("no Gloo endpoints from the coordinator: {}", describe(e));
+              abort_answered();
+            });
+}
+
+void job::send_aborts(const gloo_links& links) {
+  if (links.gloo.empty() || done_)
+    return abort_answered(); // no Gloo rendezvous in this generation
+  std::map<std::string, std::vector<uint32_t>> by_host;
+  for (auto& [id, s] : slots_)
+    if (s.running && s.launched && !s.retired && is_current(s))
+      by_host[s.endpoint].push_back(id);
+  for (auto& [ep, ids] : by_host) {
+    auto& h = hosts_.at(ep);
+    if (!h.colocator || h.st == ehost::status::lost)
+      continue;
+    ++aborts_in_flight_;
+    auto t0 = clock_type::now();
+    request(h.colocator, std::chrono::seconds(3), abort_atom::value, ids, links.gloo, links.keep)
+        .then([this, ep, t0](gloo_abort_report& r) { gloo_aborted(ep, t0, r, {}); },
+              [this, ep, t0](caf::error& e) {
+                gloo_aborted(ep, t0, {}, "no answer: " + describe(e));
+              });
+  }
+  abort_answered(); // the coordinator's part
+}
+
+void job::gloo_aborted(const std::string& ep, clock_type::time_point t0, const gloo_abort_report& r,
+                       const std::string& error) {
+  auto host = hosts_.at(ep).info.name;
+  auto problem = error.empty() ? fmt::format("{}", fmt::join(r.problems, "; ")) : error;
+  auto ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+  log("host {}: shut down {} Gloo connection{} of {} rank process group{} in {:.0f} ms{}", host,
+      r.cut, r.cut == 1 ? "" : "s", r.processes, r.processes == 1 ? "" : "s", ms,
+      problem.empty() ? "" : " (" + problem + ")");
+  events_.emit("gloo.abort",
+               {{"host", host},
+                {"processes", r.processes},
+                {"cut", r.cut},
+                {"ms", ms},
+                {"problem", problem.empty() ? nlohmann::json() : nlohmann::json(problem)}});
+  if (r.refused && !gloo_abort_refused_) {
+    gloo_abort_refused_ = true;
+    say("warning: host {} cannot end the failed generation's Gloo connections ({}: needs "
+        "pidfd_getfd, Linux 5.6, and ptrace rights over the ranks, e.g. Yama ptrace_scope "
+        "0 or 1); survivors that wait on a failed peer recover only at Gloo's timeout "
+        "(HOROVOD_GLOO_TIMEOUT_SECONDS)",
+        host, problem);
+  }
+  abort_answered();
+}
+
+// One abort request answered: with none left, a generation that completed meanwhile is
+// released.
+void job::abort_answered() {
+  if (--aborts_in_flight_ > 0 || held_complete_ == 0)
+    return;
+  on_complete(std::exchange(held_complete_, 0));
 }
 
 void job::note_failure(const std::string& what) {

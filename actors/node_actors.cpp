@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 
 #include "actors/config.hpp"
 #include "runtime/nic.hpp"
+#include "runtime/socket_abort.hpp"
 
 namespace cafhvd {
 
@@ -65,6 +67,7 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
       st.workers.erase(it);
     for (auto s = st.by_slot.begin(); s != st.by_slot.end(); ++s)
       if (s->second.address() == dm.source) {
+        st.pids.erase(s->first);
         st.by_slot.erase(s);
         break;
       }
@@ -183,13 +186,54 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           spec.max_frame = batch.max_frame;
           self->request(it->second, std::chrono::seconds(60), launch_atom::value, std::move(spec))
               .then(
-                  [pids, i, done_one](int32_t pid) mutable {
+                  [self, slot = batch.slots[i], pids, i, done_one](int32_t pid) mutable {
                     (*pids)[i] = pid;
+                    if (pid > 0 && self->state.by_slot.count(slot))
+                      self->state.pids[slot] = pid;
                     done_one();
                   },
                   [done_one](caf::error&) mutable { done_one(); });
         }
         return rp;
+      },
+      // Reading /proc and taking sockets from other processes blocks: a thread does it.
+      // A rank's process is caf-hvd-exec's group (the shim forks the command), so the
+      // whole group is searched; the shim itself holds only pipes.
+      [=](abort_atom, std::vector<uint32_t>& slots, std::vector<std::string>& gloo_text,
+          std::vector<std::string>& keep_text) -> caf::result<gloo_abort_report> {
+        auto& st = self->state;
+        std::vector<pid_t> groups;
+        for (auto slot : slots)
+          if (auto it = st.pids.find(slot); it != st.pids.end())
+            groups.push_back(it->second);
+        std::set<tcp_endpoint> gloo, keep;
+        for (auto& t : gloo_text)
+          if (auto e = parse_endpoint(t))
+            gloo.insert(*e);
+        for (auto& t : keep_text)
+          if (auto e = parse_endpoint(t))
+            keep.insert(*e);
+        if (groups.empty() || gloo.empty())
+          return gloo_abort_report{};
+        auto id = st.next_abort++;
+        auto rp = self->make_response_promise<gloo_abort_report>();
+        st.aborts.emplace(id, rp);
+        auto hdl = caf::actor_cast<colocator_actor>(self);
+        std::thread{[hdl, id, groups = std::move(groups), gloo = std::move(gloo),
+                     keep = std::move(keep)] {
+          auto r = abort_gloo_connections(groups, gloo, keep);
+          caf::anon_send(hdl, aborted_atom::value, id,
+                         gloo_abort_report{static_cast<uint32_t>(groups.size()), r.cut,
+                                           std::move(r.problems), r.refused});
+        }}.detach();
+        return rp;
+      },
+      [=](aborted_atom, uint64_t id, gloo_abort_report& report) {
+        auto it = self->state.aborts.find(id);
+        if (it == self->state.aborts.end())
+          return;
+        it->second.deliver(std::move(report));
+        self->state.aborts.erase(it);
       },
       [=](enlist_atom, worker_actor w) { enlist(self, std::move(w)); },
       [=](terminate_atom, int32_t grace) {

@@ -32,6 +32,9 @@ struct colocator_state {
   std::map<uint64_t, caf::typed_response_promise<std::vector<probe_result>>> probes;
   uint64_t next_probe = 1;
   std::map<uint32_t, worker_actor> by_slot; // workers it spawned, by slot id
+  std::map<uint32_t, int32_t> pids;         // their processes (caf-hvd-exec, a group leader)
+  std::map<uint64_t, caf::typed_response_promise<gloo_abort_report>> aborts;
+  uint64_t next_abort = 1;
   std::shared_ptr<gpu_pool> gpu_pool_held;  // set once devices are lent to this job
   uint64_t gpu_owner = 0;
   static inline const char* name = "colocator";

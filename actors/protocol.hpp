@@ -3,6 +3,8 @@
 //
 //   job ──spawn──▶ colocator (one per node per job)        node agent process
 //   job ──spawn──▶ worker (one per slot) ──▶ child process (caf-hvd-exec ▶ command)
+//   job ──abort──▶ colocator ─thread─▶ shutdown of its ranks' Gloo sockets (elastic, a
+//                                      rank failed: survivors fail now, not at a timeout)
 //   job ◀─output/exited── worker     job ◀─tstore── the torch store (protocol problems)
 //   guardian ──stop──▶ colocator ──stop──▶ worker          (the agent shuts down)
 //
@@ -76,6 +78,10 @@ using notify_atom = caf::atom_constant<caf::atom("notify")>;
 using complete_atom = caf::atom_constant<caf::atom("complete")>;
 using late_atom = caf::atom_constant<caf::atom("late")>;
 using event_atom = caf::atom_constant<caf::atom("event")>;
+using gloo_atom = caf::atom_constant<caf::atom("gloo")>;
+// elastic: a rank failed, the broken generation's Gloo connections end at once
+using abort_atom = caf::atom_constant<caf::atom("gabort")>;
+using aborted_atom = caf::atom_constant<caf::atom("gaborted")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -243,6 +249,17 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
   return f(caf::meta::type_name("carried_slot"), x.key, x.host, x.started_ns, x.joined);
 }
 
+/// The Gloo pair addresses the ranks of the current plan published in the rendezvous
+/// store, and the job's own server endpoints (never cut), as "ip:port".
+struct gloo_links {
+  std::vector<std::string> gloo;
+  std::vector<std::string> keep;
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, gloo_links& x) {
+  return f(caf::meta::type_name("gloo_links"), x.gloo, x.keep);
+}
+
 /// A generation the job formed: the coordinator holds its barrier.
 struct barrier_spec {
   uint64_t number = 0;
@@ -256,6 +273,19 @@ struct barrier_spec {
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, barrier_spec& x) {
   return f(caf::meta::type_name("barrier_spec"), x.number, x.plan, x.fresh, x.carried, x.update,
            x.release_now);
+}
+
+/// What a node's agent did to end a broken generation's Gloo connections.
+struct gloo_abort_report {
+  uint32_t processes = 0;            // rank processes looked at
+  uint32_t cut = 0;                  // connections shut down
+  std::vector<std::string> problems; // what failed, with the OS error
+  bool refused = false;              // pidfd_getfd is not allowed or not available here
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gloo_abort_report& x) {
+  return f(caf::meta::type_name("gloo_abort_report"), x.processes, x.cut, x.problems, x.refused);
 }
 
 // -- interfaces ----------------------------------------------------------------------
@@ -285,6 +315,8 @@ using coordinator_full_actor = coordinator_actor::extend<
     // rank 0's notification service
     caf::reacts_to<notify_atom, uint64_t, uint8_t>,
     caf::reacts_to<stop_atom>, // no generation follows: every vote is answered -1
+    // the current plan's Gloo connections' endpoints (a rank failed: they are cut)
+    caf::replies_to<gloo_atom>::with<gloo_links>,
     // from the rendezvous server's thread: GET /rank_and_size/<host>:<lr>, and
     // PUT /worker_addresses/<host>:<lr> (body)
     caf::reacts_to<vote_atom, std::string, int32_t>,
@@ -367,6 +399,12 @@ using colocator_actor = caf::typed_actor<
     // its exit report says why)
     caf::replies_to<workers_atom, std::vector<uint32_t>>::with<std::vector<worker_actor>>,
     caf::replies_to<launch_atom, launch_batch>::with<std::vector<int32_t>>,
+    // elastic, after a rank failed: shut down the Gloo connections of these slots' rank
+    // processes (slots; Gloo's listening addresses and the job's server endpoints, as
+    // "ip:port"; see runtime/socket_abort.hpp), on a thread; answered when done
+    caf::replies_to<abort_atom, std::vector<uint32_t>, std::vector<std::string>,
+                    std::vector<std::string>>::with<gloo_abort_report>,
+    caf::reacts_to<aborted_atom, uint64_t, gloo_abort_report>, // from an abort thread
     caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
     caf::reacts_to<stop_atom, std::string>,    // the agent shuts down (why): as terminate
     caf::reacts_to<kill_atom>>;                // the grace period is over

@@ -231,6 +231,17 @@ struct rendezvous_server::impl {
   std::string update_text;
   std::vector<std::pair<uint64_t, std::shared_ptr<session>>> update_waiters;
   void wake_update_waiters();
+
+  // The listening addresses Gloo ranks published since the last plan. Kept apart from
+  // the store, whose keys a rank deletes when it shuts Horovod down (which the ranks of a
+  // broken generation do before their peers' connections are aborted).
+  std::set<tcp_endpoint> gloo;
+  void note_gloo_addresses(const std::string& value) {
+    constexpr size_t max_gloo = 1u << 20;
+    for (auto& e : gloo_addresses(value))
+      if (gloo.size() < max_gloo)
+        gloo.insert(e);
+  }
 };
 
 struct rendezvous_server::impl::session : std::enable_shared_from_this<session> {
@@ -374,6 +385,8 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     std::string registered_body;
     if (registering)
       registered_body = req.body();
+    if (req.method() == http::verb::put)
+      srv.note_gloo_addresses(req.body());
     auto a = answer_request(srv.store, std::string_view{verb.data(), verb.size()},
                             std::string_view{raw.data(), raw.size()}, std::move(req.body()),
                             req.has_content_length() || req.chunked());
@@ -634,7 +647,10 @@ const std::string& rendezvous_server::address() const {
 
 uint64_t rendezvous_server::init(const std::vector<slot_info>& plan) {
   std::promise<uint64_t> done;
-  net::post(impl_->io, [&] { done.set_value(impl_->store.init(plan)); });
+  net::post(impl_->io, [&] {
+    impl_->gloo.clear();
+    done.set_value(impl_->store.init(plan));
+  });
   return done.get_future().get();
 }
 
@@ -653,6 +669,7 @@ void rendezvous_server::enable_elastic(
 void rendezvous_server::release(const std::vector<slot_info>& plan) {
   net::post(impl_->io, [&m = *impl_, plan] {
     m.store.init(plan);
+    m.gloo.clear();
     std::map<std::string, std::string> rows;
     for (auto& s : plan)
       rows[slot_key(s.hostname, s.local_rank)] = s.to_response_string();
@@ -665,6 +682,12 @@ void rendezvous_server::release(const std::vector<slot_info>& plan) {
         s->reply(http::status::ok, body, s->keep_alive);
     }
   });
+}
+
+std::set<tcp_endpoint> rendezvous_server::gloo_endpoints() const {
+  std::promise<std::set<tcp_endpoint>> done;
+  net::post(impl_->io, [&] { done.set_value(impl_->gloo); });
+  return done.get_future().get();
 }
 
 void rendezvous_server::answer_slot(const std::string& slot, const std::string& body) {

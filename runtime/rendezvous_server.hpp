@@ -14,6 +14,7 @@
 #include "runtime/allowlist.hpp"
 #include "runtime/assignment.hpp"
 #include "runtime/kv_store.hpp"
+#include "runtime/socket_abort.hpp"
 
 namespace cafhvd {
 
@@ -118,6 +119,11 @@ public:
   /// held rank_and_size request is answered with its slot's six integers, or with
   /// "-1,-1,-1,-1,-1,-1" when the slot is not in the plan.
   void release(const std::vector<slot_info>& plan);
+
+  /// The listening addresses of Gloo pairs (see gloo_addresses) that ranks stored since
+  /// the last init() or release(): every Gloo connection of that plan has one of them
+  /// as an endpoint.
+  std::set<tcp_endpoint> gloo_endpoints() const;
 
   /// Answers the held rank_and_size requests of one slot ("host:local_rank") with `body`.
   void answer_slot(const std::string& slot, const std::string& body);

@@ -7,6 +7,7 @@ below the last step committed before it, that the replicas end equal, and the ex
 Run by `meson test`; prints a closing 'N passed, N failed' line."""
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -119,6 +120,19 @@ class Allreduce:
                 ok = int(d.group(2)) == steps * (steps + 1) // 2
                 done.append((0, None, steps, "equal" if ok else "checksum wrong"))
         return events, done
+
+
+def committed_at_size(size):
+    """A commit of rank 0 after it resumed at `size`."""
+    def pred(events):
+        at = [i for i, e in enumerate(events) if e[0] == "resume" and e[1] == size]
+        return bool(at) and any(e[0] == "commit" for e in events[at[0]:])
+    return pred
+
+
+def read_events(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 class Scenarios:
@@ -263,13 +277,25 @@ class Scenarios:
         self.assertFalse(os.path.exists(f"/proc/{hc}"), "the removed host's rank still runs")
 
     def test_worker_killed(self):
+        """The survivors fail at once, not at Gloo's timeout (HOROVOD_GLOO_TIMEOUT_SECONDS,
+        30 s by default): their agents shut down the broken generation's Gloo connections."""
         steps = 50
         self.train_until_commit(steps, ("ha", "hb", "hc"))
+        killed = time.monotonic()
         os.kill(self.rank_pid("hb"), signal.SIGKILL)
+        self.read_until(committed_at_size(2), 90, "a commit at size 2")
+        recovery = time.monotonic() - killed
         rc, text, err = self.finish()
         events, sizes = self.check(text, err, steps, 2, rc_got=rc)
         self.assertEqual(sizes, [3, 2], text[-3000:])
         self.assertIn("host hb is blacklisted", err)
+        self.assertLess(recovery, 10, f"rank 0's first commit at size 2 came {recovery:.1f} s "
+                                      f"after the kill:\n{err[-3000:]}")
+        if isinstance(self.program, Horovod):
+            aborts = [e["context"] for e in read_events(self.events)
+                      if e["name"] == "gloo.abort"]
+            self.assertTrue(aborts and sum(a["cut"] for a in aborts) > 0, aborts)
+            self.assertTrue(all(a["problem"] is None for a in aborts), aborts)
 
     def test_node_agent_killed(self):
         steps = 50

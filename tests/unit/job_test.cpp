@@ -124,6 +124,9 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
       [](stop_atom, std::string&) {},
+      [](abort_atom, std::vector<uint32_t>&, std::vector<std::string>&,
+         std::vector<std::string>&) { return gloo_abort_report{}; },
+      [](aborted_atom, uint64_t, gloo_abort_report&) {},
       [=](kill_atom) {
         for (auto& [id, w] : the_log->workers)
           self->send(w, terminate_atom::value, int32_t{SIGKILL});

@@ -230,6 +230,28 @@ TEST_CASE("server: out of descriptors, it pauses accepting instead of spinning, 
   CHECK(status_of(request(srv.port(), "GET", "/x/y")) == 404); // accepting again
 }
 
+TEST_CASE("server: keeps the Gloo pair addresses ranks stored until the next plan, also "
+          "after a rank deleted its keys") {
+  rendezvous_server srv{rendezvous_options{}};
+  srv.init(plan_3_plus_1());
+  sockaddr_storage ss{};
+  auto* sa = reinterpret_cast<sockaddr_in*>(&ss);
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons(40001);
+  inet_pton(AF_INET, "10.0.0.5", &sa->sin_addr);
+  std::string value(reinterpret_cast<const char*>(&ss), sizeof(ss));
+  ssize_t seq = 3;
+  value.append(reinterpret_cast<const char*>(&seq), sizeof(seq));
+  CHECK(status_of(request(srv.port(), "PUT", "/global/0", value)) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_0", "hosta")) == 200);
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/0")) == 200);
+  auto gloo = srv.gloo_endpoints();
+  REQUIRE(gloo.size() == 1);
+  CHECK(gloo.begin()->str() == "10.0.0.5:40001");
+  srv.init(plan_3_plus_1());
+  CHECK(srv.gloo_endpoints().empty());
+}
+
 TEST_CASE("server: PUT, GET, 404, DELETE with Horovod's exact headers") {
   rendezvous_server srv{rendezvous_options{}};
   srv.init(plan_3_plus_1());
