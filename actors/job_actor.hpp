@@ -240,7 +240,6 @@ private:
   void release_generation();
   void drop_unlaunched();
   bool drop_if_unlaunched(eslot& s);
-  std::vector<std::string> released_hosts() const;
   void on_notified(uint64_t g, const std::string& key, const std::string& problem);
 
   // -- processes: workers, environments, launches, exits (actors/job_launch.cpp) -----

@@ -51,7 +51,7 @@ void job::reconsider() {
     return fail(fmt::format("no host of generation {} is left to carry the job's state over: "
                             "the training state was lost with the last host of the previous "
                             "generation ({}){}",
-                            released_gen_, fmt::join(released_hosts(), ","), first));
+                            released_gen_, fmt::join(plan_host_names(released_plan_), ","), first));
   }
   if (total < ec_.min_np) {
     wait_for_slots(total);
@@ -389,15 +389,6 @@ bool job::drop_if_unlaunched(eslot& s) {
     send_exit(s.worker, caf::exit_reason::user_shutdown);
   }
   return true;
-}
-
-// Host names of the last released plan, in rank order.
-std::vector<std::string> job::released_hosts() const {
-  std::vector<std::string> out;
-  for (auto& row : released_plan_)
-    if (std::find(out.begin(), out.end(), row.hostname) == out.end())
-      out.push_back(row.hostname);
-  return out;
 }
 
 // The coordinator told rank 0's notification service of generation G's host change

@@ -36,6 +36,10 @@ std::vector<std::string> generation::missing() const {
 }
 
 std::vector<std::string> generation::hosts() const {
+  return plan_host_names(plan);
+}
+
+std::vector<std::string> plan_host_names(const std::vector<slot_info>& plan) {
   std::vector<std::string> out;
   for (auto& s : plan)
     if (std::find(out.begin(), out.end(), s.hostname) == out.end())

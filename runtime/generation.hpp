@@ -44,6 +44,9 @@ struct generation {
   std::string describe() const;
 };
 
+/// Host names of a plan, in rank order, each once.
+std::vector<std::string> plan_host_names(const std::vector<slot_info>& plan);
+
 /// What the lifecycle knows of one slot's process when it decides deadlines.
 struct slot_process {
   std::string key;
