@@ -7,12 +7,14 @@
 //   hosts       a fixed list (-H, --hostfile, or `run`'s own machine) or a discovery
 //               script run every interval; each host joins the same way: reachable ->
 //               connected (mutual TLS) -> a colocator -> node info -> NIC -> ready
-//   generation  ready hosts in age order -> get_host_assignments -> a plan (a value,
-//               runtime/generation); slots of the plan without a process get one,
-//               processes that run are never restarted
-//   barrier     elastic, as horovodrun's driver: generation 1 is released at once and its
-//               processes start with it. A later plan is released when every process it
-//               carries over voted with GET /rank_and_size/<host>:<lr> (waited for up to
+//   generation  ready hosts in age order -> the coordinator's assignment -> a plan (a
+//               value, runtime/generation); slots of the plan without a process get one
+//               (their workers report their host to the coordinator first), processes
+//               that run are never restarted
+//   barrier     elastic, as horovodrun's driver (the votes and their deadlines are the
+//               coordinator's, the release is the job's): generation 1 is released at
+//               once and its processes start with it. A later plan is released when every
+//               process it carries over voted with GET /rank_and_size/<host>:<lr> (up to
 //               --elastic-timeout: they may be in a long step); its fresh slots start at
 //               the release with the released plan in their environment and never vote
 //               (a real Horovod worker's first hvd.init() reads its environment). Host
@@ -21,8 +23,9 @@
 //               plan, released at once.
 //   failure     static (fail fast): the first rank that fails, or a lost agent, stops
 //               the job with that rank's code. Elastic: its host is blacklisted (with
-//               cooldown if configured) and the next generation starts at once, as long
-//               as a rank of the last released generation carries the state over.
+//               cooldown if configured), the survivors' agents shut down the broken
+//               generation's Gloo connections, and the next generation starts at once,
+//               as long as a rank of the last released generation carries the state over.
 //   end         the job ends when the final generation's ranks exit 0, or fails with
 //               the first failure named; every stop is SIGTERM, grace, SIGKILL.
 #pragma once

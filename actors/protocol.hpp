@@ -10,7 +10,7 @@
 //
 // The coordinator (one per job, beside the job actor; actors/coordinator.cpp):
 //   worker ──report(slot, host)──▶ coordinator      (each worker, when it is spawned)
-//   job ──serve/allow/assign/expect/barrier/release/leave/notify/stop──▶ coordinator
+//   job ──serve/allow/assign/expect/barrier/release/leave/notify/gloo/stop──▶ coordinator
 //   job ◀──complete/rejoin/late/notified/event/tstore── coordinator
 //   rank ══HTTP rank_and_size, PUT worker_addresses══▶ coordinator's rendezvous server
 //
