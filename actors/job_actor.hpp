@@ -63,12 +63,10 @@
 #include "runtime/event_log.hpp"
 #include "runtime/generation.hpp"
 #include "runtime/gpu.hpp"
-#include "runtime/horovod_wire.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 #include "runtime/process.hpp"
 #include "runtime/rendezvous_server.hpp"
-#include "runtime/torch_store.hpp"
 
 namespace cafhvd::driver_impl {
 

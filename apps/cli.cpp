@@ -117,6 +117,20 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
   return vm;
 }
 
+std::optional<po::variables_map> parse_options_only(int argc, char** argv,
+                                                    const po::options_description& desc,
+                                                    const std::string& subcommand) {
+  auto [args, rest] = split_command(argc, argv, desc);
+  if (!rest.empty())
+    throw usage_error(fmt::format("caf-hvd {} takes no command", subcommand));
+  auto vm = parse(args, desc);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return std::nullopt;
+  }
+  return vm;
+}
+
 std::optional<cluster_credentials> credentials_for(const tls_choice& tls, cert_role role) {
   const char* who = to_string(role);
   if (tls.insecure) {

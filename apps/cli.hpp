@@ -56,6 +56,12 @@ split_command(int argc, char** argv, const po::options_description& desc);
 po::variables_map parse(const std::vector<std::string>& args, const po::options_description& desc,
                         const po::positional_options_description* pos = nullptr);
 
+/// A subcommand that takes options and no command: its options, or nullopt after
+/// --help printed `desc`. A command after the options is a usage error.
+std::optional<po::variables_map> parse_options_only(int argc, char** argv,
+                                                    const po::options_description& desc,
+                                                    const std::string& subcommand);
+
 /// --insecure and --cluster-dir as given.
 struct tls_choice {
   bool insecure = false;

@@ -24,14 +24,8 @@ int run_hosts(int argc, char** argv) {
   desc.add_options()("help,h", "show this help")("hosts,H", po::value(&hosts),
                                                  "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
       "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines");
-  auto [args, rest] = split_command(argc, argv, desc);
-  if (!rest.empty())
-    throw usage_error("caf-hvd hosts takes no command");
-  auto vm = parse(args, desc);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (!parse_options_only(argc, argv, desc, "hosts"))
+    return 0; // --help
   if (!hosts.empty() && !hostfile.empty())
     throw usage_error("give the hosts with exactly one of -H/--hosts or --hostfile");
   std::vector<host_spec> list;

@@ -90,14 +90,10 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "exit-on-stdin-eof",
       "stop (as on SIGTERM) when stdin ends: an agent started over ssh for one job ends "
       "with the session that started it");
-  auto [args, rest] = split_command(argc, argv, desc);
-  if (!rest.empty())
-    throw usage_error("caf-hvd node takes no command");
-  auto vm = parse(args, desc);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return std::nullopt;
-  }
+  auto parsed = parse_options_only(argc, argv, desc, "node");
+  if (!parsed)
+    return std::nullopt; // --help
+  auto& vm = *parsed;
   if (port < 0 || port > 65535)
     throw usage_error(fmt::format("--port {} is out of range [0, 65535]", port));
   if (slots < 0)
