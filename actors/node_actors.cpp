@@ -149,6 +149,11 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
             // Counted from now, not from its enlist message (which the worker sends when
             // it first runs, possibly after a stop): a stop must reach every worker.
             enlist(self, *w);
+          } else if (st.coordinator) {
+            // No worker will report this slot: the colocator accounts for it, so the
+            // job hears of the failed spawn (an empty handle) at once, not at the
+            // registration's deadline.
+            self->send(st.coordinator, report_atom::value, id, settings_of(self->system()).name);
           }
         }
         return out;
