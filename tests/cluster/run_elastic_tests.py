@@ -76,7 +76,13 @@ class ElasticTest(unittest.TestCase):
         while time.monotonic() < deadline:
             line = self.driver.stdout.readline()
             if not line:
-                break
+                # the driver ended: say how, with its own words
+                try:
+                    rc, err = self.driver.wait(timeout=10), self.driver.stderr.read()
+                except Exception as e:
+                    rc, err = None, f"(its end could not be read: {e})"
+                raise AssertionError(f"the driver ended (exit {rc}) before step {n}:\n"
+                                     f"{''.join(self.out_lines)[-2000:]}\nstderr:\n{err[-3000:]}")
             self.out_lines.append(line)
             m = STEP.match(line.rstrip("\n"))
             if m and int(m.group(1)) >= n:
