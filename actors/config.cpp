@@ -7,12 +7,11 @@
 #include <stdexcept>
 #include <vector>
 
-#include <caf/openssl/all.hpp>
 #include <fmt/format.h>
 
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/tls_context.hpp"
+#include "runtime/net.hpp"
 
 namespace cafhvd {
 
@@ -62,26 +61,7 @@ liveness liveness::from_seconds(double seconds) {
 }
 
 void hvd_config::enable_network(const liveness& l, const cluster_credentials* creds) {
-  set("middleman.heartbeat-interval", caf::timespan{l.heartbeat});
-  set("middleman.connection-timeout", caf::timespan{l.timeout});
-  // Never: it opens a second, unauthenticated plain-TCP port (reference/caf.md §6.5).
-  set("middleman.enable-automatic-connections", false);
-  load<caf::io::middleman>();
-  if (creds) {
-    // CAF's module needs the paths to turn authentication on; the binary hands it the
-    // shared context built here (runtime/tls_context.hpp) instead of one per connection.
-    openssl_certificate = creds->cert;
-    openssl_key = creds->key;
-    openssl_cafile = creds->ca_cert;
-    install_tls(*creds);
-    load<caf::openssl::manager>();
-  }
-}
-
-void install_tls(const cluster_credentials& creds) {
-  tls::install({creds, [](const std::string& line) {
-                  std::fprintf(stderr, "caf-hvd: %s\n", line.c_str());
-                }});
+  net::module().enable_network(*this, l.heartbeat, l.timeout, creds);
 }
 
 const node_settings& settings_of(caf::actor_system& sys) {

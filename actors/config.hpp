@@ -7,7 +7,6 @@
 #include <string>
 
 #include <caf/all.hpp>
-#include <caf/io/all.hpp>
 
 #include "runtime/credentials.hpp"
 #include "runtime/gpu.hpp"
@@ -43,16 +42,13 @@ public:
   hvd_config();
   /// Applies heartbeat settings and loads the middleman; with credentials also CAF's
   /// OpenSSL module in mutual-TLS mode (peers must present a certificate of `creds`' CA).
+  /// Loads the network module (runtime/net.hpp) or throws.
   void enable_network(const liveness& l, const cluster_credentials* creds);
   std::shared_ptr<node_settings> node = std::make_shared<node_settings>();
 };
 
 /// The node settings of the system an actor runs in.
 const node_settings& settings_of(caf::actor_system& sys);
-
-/// Makes `creds` the process's TLS context (runtime/tls_context), its notices on stderr;
-/// enable_network does it at start, a node agent again on SIGHUP.
-void install_tls(const cluster_credentials& creds);
 
 /// Spawns the guardian of a node: colocators enlist with it; on shutdown_atom (with an
 /// optional reason) it asks each to stop its ranks as a driver would (SIGTERM, grace,

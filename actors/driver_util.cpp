@@ -1,6 +1,6 @@
 #include "actors/driver_util.hpp"
 
-#include "runtime/tls_context.hpp"
+#include "runtime/net.hpp"
 
 #include <cerrno>
 #include <chrono>
@@ -73,7 +73,7 @@ std::string output_tag(int rank, int stream) {
 std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls,
                           const std::string& peer) {
   if (tls)
-    if (auto why = tls::failure_for(peer); !why.empty())
+    if (auto why = net::module().tls_failure_for(peer); !why.empty())
       return "the TLS handshake failed: " + why;
   if (e == caf::sec::request_timeout)
     return "no answer before the start timeout";

@@ -52,9 +52,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <caf/openssl/all.hpp>
 
 #include "actors/config.hpp"
+#include "runtime/net.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/driver_util.hpp"
 #include "actors/node_actors.hpp"

@@ -223,8 +223,7 @@ void job::dialed() {
 
 void job::dial(const std::string& ep) {
   auto& h = hosts_.at(ep);
-  auto mm =
-      job_.tls ? system().openssl_manager().actor_handle() : system().middleman().actor_handle();
+  auto mm = net::module().connector(system(), job_.tls);
   log("connecting to node agent {} ({})", ep, h.address);
   request(mm, job_.start_timeout, caf::connect_atom::value, h.address, h.spec.port)
       .then(
@@ -276,7 +275,7 @@ void job::spawn_colocator(const std::string& ep) {
     h.colocator = *c;
     return query_host(ep);
   }
-  auto mm = system().middleman().actor_handle();
+  auto mm = net::module().connector(system(), false); // the middleman spawns remotely
   request(mm, job_.start_timeout, caf::spawn_atom::value, h.nid, std::string{colocator_type_name},
           caf::make_message(self_hdl, coord, job_id_, grace),
           system().message_types<colocator_actor>())

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/net.hpp"
 #include "runtime/process.hpp"
 
 namespace cafhvd::cli {
@@ -144,7 +145,8 @@ std::optional<cluster_credentials> credentials_for(const tls_choice& tls, cert_r
   }
   const auto& dir = tls.cluster_dir;
   try {
-    auto c = load_cluster(cluster_dir(dir.empty() ? std::nullopt : std::optional{dir}), role);
+    auto c = net::module().load_cluster(
+        cluster_dir(dir.empty() ? std::nullopt : std::optional{dir}), role);
     if (c.role == cert_role::member)
       std::cerr << fmt::format(
           "caf-hvd {}: WARNING: {} is a pre-role member certificate (it can act as driver and "

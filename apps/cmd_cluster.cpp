@@ -11,6 +11,7 @@
 
 #include "apps/cli.hpp"
 #include "runtime/credentials.hpp"
+#include "runtime/net.hpp"
 
 namespace cafhvd::cli {
 
@@ -53,8 +54,9 @@ int run_cluster(int argc, char** argv) {
       args.size() > (named ? 2u : 1u) ? std::optional<std::string>{args.back()} : std::nullopt;
   auto dir = cluster_dir(dir_arg);
   try {
+    auto& net = net::module();
     if (verb == "init") {
-      init_cluster(dir);
+      net.init_cluster(dir);
       std::cout << fmt::format(
           "created the cluster's credentials in {}:\n"
           "  ca.pem, ca.key          the cluster's CA (keep ca.key on this machine only)\n"
@@ -66,7 +68,7 @@ int run_cluster(int argc, char** argv) {
           "CAF_HVD_CLUSTER_DIR.\n",
           dir, dir);
     } else if (verb == "revoke") {
-      auto serials = revoke_credentials(dir, args[1]);
+      auto serials = net.revoke_credentials(dir, args[1]);
       std::cout << fmt::format(
           "revoked {} certificate(s) named '{}' (serial {}); {}/crl.pem now lists them.\n"
           "Copy crl.pem into the cluster directory of every host and head node, then send "
@@ -74,7 +76,7 @@ int run_cluster(int argc, char** argv) {
           serials.size(), args[1], fmt::join(serials, ", "), dir);
     } else {
       auto role = verb == "add-node" ? cert_role::node : cert_role::driver;
-      auto target = issue_credentials(dir, role, args[1], out);
+      auto target = net.issue_credentials(dir, role, args[1], out);
       std::cout << fmt::format(
           "issued a {} certificate for '{}' in {} (ca.pem, {}.pem, {}.key{}).\n"
           "Copy that directory to the {} and pass it with --cluster-dir or "

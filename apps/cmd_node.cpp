@@ -13,13 +13,13 @@
 #include <thread>
 #include <unistd.h>
 
-#include <caf/openssl/all.hpp>
 #include <fmt/format.h>
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
 #include "apps/cli.hpp"
 #include "runtime/credentials.hpp"
+#include "runtime/net.hpp"
 #include "runtime/gpu.hpp"
 #include "runtime/host_spec.hpp"
 
@@ -153,16 +153,7 @@ int start_node(const node_options& o) {
   cfg.enable_network(o.link, creds ? &*creds : nullptr);
   caf::actor_system sys{cfg};
   cfg.node->guardian = spawn_guardian(sys);
-  caf::expected<uint16_t> opened{caf::sec::runtime_error};
-  if (creds) {
-    caf::scoped_actor self{sys};
-    self->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(10),
-                  caf::open_atom::value, static_cast<uint16_t>(port), bind, true)
-        .receive([&](uint16_t p) { opened = p; }, [&](caf::error& e) { opened = std::move(e); });
-  } else {
-    opened = sys.middleman().open(static_cast<uint16_t>(port),
-                                  bind.empty() ? nullptr : bind.c_str(), true);
-  }
+  auto opened = net::module().open(sys, static_cast<uint16_t>(port), bind, creds.has_value());
   int rc = 0;
   if (!opened) {
     std::cerr << fmt::format("caf-hvd node: cannot listen on {}:{}: {}\n",
@@ -203,8 +194,9 @@ int start_node(const node_options& o) {
       try {
         // The same checks as at the start (a list not signed by the CA, this agent's
         // own certificate revoked) before the new list takes effect.
-        auto fresh = load_cluster(creds->dir, creds->role);
-        install_tls(fresh);
+        auto& net = net::module();
+        auto fresh = net.load_cluster(creds->dir, creds->role);
+        net.install_tls(fresh);
         std::cerr << fmt::format("caf-hvd node '{}': SIGHUP: reloaded the credentials in {}{}\n",
                                  name, creds->dir,
                                  fresh.crl.empty() ? "" : " (revocation list " + fresh.crl + ")");

@@ -13,9 +13,8 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+
+#include "runtime/net.hpp"
 
 namespace cafhvd {
 
@@ -706,16 +705,9 @@ void pickle_int(std::string& out, int64_t v) {
   }
 }
 
+// HMAC-SHA256 with OpenSSL, in the network module (runtime/net.hpp).
 std::string digest_of(std::string_view key, std::string_view body) {
-  static const unsigned char no_key = 0;
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  auto* k = key.empty() ? &no_key : reinterpret_cast<const unsigned char*>(key.data());
-  if (!HMAC(EVP_sha256(), k, static_cast<int>(key.size()),
-            reinterpret_cast<const unsigned char*>(body.data()), body.size(), md, &len)
-      || len != 32)
-    throw std::runtime_error("HMAC-SHA256 failed");
-  return std::string(reinterpret_cast<const char*>(md), len);
+  return net::module().hmac_sha256(key, body);
 }
 
 constexpr size_t digest_size = 32;
@@ -993,7 +985,7 @@ parsed_frame parse_framed_message(std::string_view key, std::string_view bytes, 
     return f;
   auto body = bytes.substr(digest_size + 4, static_cast<size_t>(len));
   auto expected = digest_of(key, body);
-  if (CRYPTO_memcmp(expected.data(), bytes.data(), digest_size) != 0) {
+  if (!net::module().digests_equal(expected, std::string_view(bytes.data(), digest_size))) {
     f.what = parsed_frame::status::bad_digest;
     return f;
   }
@@ -1066,7 +1058,16 @@ notify_result notify_hosts_updated(const worker_registration& worker, int64_t ti
     out.attempts.push_back(std::move(a));
     return out;
   }
-  auto request = frame_message(worker.key, encode_hosts_updated(timestamp, res));
+  std::string request;
+  try {
+    request = frame_message(worker.key, encode_hosts_updated(timestamp, res));
+  } catch (const std::exception& e) { // the network module (its HMAC) could not be loaded
+    notify_attempt a;
+    a.what = notify_attempt::outcome::io_error;
+    a.detail = fmt::format("nothing sent: {}", e.what());
+    out.attempts.push_back(std::move(a));
+    return out;
+  }
   for (const auto& [iface, addrs] : worker.addresses)
     for (const auto& [ip, port] : addrs) {
       notify_attempt a;

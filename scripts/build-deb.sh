@@ -78,8 +78,10 @@ find "$stage" -type f -exec chmod go-w {} +
 # debian/control beside it), and what the Python package and the scripts need.
 mkdir -p "$work/debian"
 printf 'Source: caf-hvd\n\nPackage: caf-hvd\nArchitecture: any\n' >"$work/debian/control"
+netmod=$(find "$stage/usr/lib" -path '*/caf-hvd/caf-hvd-net.so' | head -n 1)
+[ -n "$netmod" ] || die "the install has no network module (caf-hvd-net.so)"
 shlibs=$(cd "$work" && dpkg-shlibdeps -O -e "$stage"/usr/bin/caf-hvd -e "$stage"/usr/bin/caf-hvd-exec \
-           -e "$stage"/usr/bin/caf-hvd-allreduce 2>"$work/shlibdeps.err") \
+           -e "$stage"/usr/bin/caf-hvd-allreduce -e "$netmod" 2>"$work/shlibdeps.err") \
   || { cat "$work/shlibdeps.err" >&2; die "dpkg-shlibdeps failed"; }
 shlibs=${shlibs#shlibs:Depends=}
 depends="$shlibs, python3:any, python3-cloudpickle, adduser"

@@ -979,6 +979,40 @@ exec sh -c "$*"
                           f"node agent 127.0.0.1:{dead}: Connection refused")
         self.assertLess(time.monotonic() - t0, 10)
 
+    def test_without_the_network_module_local_jobs_run_and_the_rest_says_why(self):
+        # A binary whose network module (caf-hvd-net.so) is missing or broken: `run`
+        # never needs it; what does needs it says so instead of crashing or hanging.
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.dirname(os.path.realpath(harness.CAF_HVD))
+            for f in ("caf-hvd", "caf-hvd-exec"):
+                shutil.copy2(os.path.join(exe, f), os.path.join(d, f))
+            self.assertTrue(os.path.exists(os.path.join(exe, "caf-hvd-net.so")))
+            caf = os.path.join(d, "caf-hvd")
+            env = dict(os.environ, CAF_HVD_CLUSTER_DIR=os.path.join(d, "cluster"))
+
+            def run(*args):
+                return subprocess.run([caf, *args], capture_output=True, text=True, timeout=30,
+                                      env=env, stdin=subprocess.DEVNULL)
+
+            r = run("run", "-np", "2", "--", "sh", "-c", "echo rank $HOROVOD_RANK")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(rank_lines(r.stdout), {0: ["rank 0"], 1: ["rank 1"]})
+            for args in (["cluster", "init"], ["node", "--port", "0"],
+                         ["driver", "-np", "1", "-H", "127.0.0.1:1:1", "--", "true"]):
+                r = run(*args)
+                self.assertEqual(r.returncode, 1, f"{args}: {r.stdout} {r.stderr}")
+                self.assertIn("cannot load caf-hvd's network module (no caf-hvd-net.so in "
+                              f"{d}/caf-hvd-net.so or {d}/", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(d, "cluster")))
+            # a file of that name that is no module: the loader's reason is named
+            with open(os.path.join(d, "caf-hvd-net.so"), "w") as f:
+                f.write("not a shared object\n" * 100)
+            r = run("cluster", "init")
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(f"cannot load caf-hvd's network module ({d}/caf-hvd-net.so: ",
+                          r.stderr)
+            self.assertIn("invalid ELF header", r.stderr)
+
     def test_start_timeout_names_the_silent_node(self):
         # A TCP peer that accepts and never speaks: the handshake never completes.
         import socket

@@ -54,6 +54,12 @@ def package():
     return _deb["path"]
 
 
+def multiarch():
+    """Where meson installs libraries under /usr/lib for this machine (x86_64-linux-gnu)."""
+    return subprocess.run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +75,8 @@ class PackageTest(unittest.TestCase):
                      "./lib/systemd/system/caf-hvd-node.service", "./etc/default/caf-hvd-node",
                      "./usr/share/man/man1/caf-hvd.1.gz", "./usr/share/man/man8/caf-hvd-node.8.gz",
                      "./usr/share/doc/caf-hvd/copyright",
-                     "./usr/lib/python3/dist-packages/caf_hvd/_installed.py"):
+                     "./usr/lib/python3/dist-packages/caf_hvd/_installed.py",
+                     f"./usr/lib/{multiarch()}/caf-hvd/caf-hvd-net.so"):
             self.assertIn(path + "\n", listing.replace(" -> ", "\n"), listing)
         # every module of the package is installed (python/meson.build lists them)
         for src in glob.glob(os.path.join(SOURCE, "python", "caf_hvd", "**", "*.py"), recursive=True):

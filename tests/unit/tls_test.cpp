@@ -10,8 +10,8 @@
 
 #include <openssl/ssl.h>
 
-#include "runtime/credentials.hpp"
-#include "runtime/tls_context.hpp"
+#include "net/credentials.hpp"
+#include "net/tls_context.hpp"
 
 using namespace cafhvd;
 namespace fs = std::filesystem;

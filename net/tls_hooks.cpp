@@ -1,10 +1,11 @@
 // caf-hvd's hooks into CAF's OpenSSL module. The module resolves these OpenSSL functions
-// to the binary's own (exported with --export-dynamic-symbol in apps/meson.build); each
-// calls OpenSSL's and adds what the module lacks:
+// to caf-hvd-net.so's own (the network module is loaded first in its own lookup scope,
+// before libcaf_openssl and OpenSSL: apps/meson.build); each calls OpenSSL's (the next
+// definition, dlsym RTLD_NEXT) and adds what the module lacks:
 //
 // - A shared context. The module builds a new SSL_CTX from the files for every
 //   connection (1.7 ms per side) and has no verify hook: SSL_CTX_new hands it the
-//   process's one context instead (runtime/tls_context: built once, roles and revocation
+//   process's one context instead (net/tls_context: built once, roles and revocation
 //   checked in the handshake), and the module's calls that would configure it
 //   (certificate, key, CA, verify mode, ciphers) leave it as it is.
 // - No spinning through handshakes (await_handshake_data below).
@@ -38,7 +39,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include "runtime/tls_context.hpp"
+#include "net/tls_context.hpp"
 
 namespace {
 

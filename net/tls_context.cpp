@@ -1,7 +1,7 @@
 // The shared TLS context: built with the real OpenSSL functions (the binary interposes
 // some of them for CAF's module), a verify callback for roles and revocation, and the
 // reasons of refused handshakes kept for the messages.
-#include "runtime/tls_context.hpp"
+#include "net/tls_context.hpp"
 
 #include <cstdio>
 #include <cstring>

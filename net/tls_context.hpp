@@ -1,7 +1,7 @@
 // The process's one TLS context for its cluster connections. CAF 0.17's OpenSSL module
 // builds a new SSL_CTX from the certificate, key and CA files for every connection (about
-// 1.7 ms of its single multiplexer thread each) and offers no verify hook; caf-hvd's binary
-// hands it this shared context instead (apps/tls_hooks.cpp), built once, which checks the
+// 1.7 ms of its single multiplexer thread each) and offers no verify hook; caf-hvd's network
+// module hands it this shared context instead (net/tls_hooks.cpp), built once, which checks the
 // peer's role and the cluster's revocation list in the handshake and remembers why a
 // handshake failed so the error can name it.
 #pragma once
@@ -11,7 +11,7 @@
 
 #include <openssl/ssl.h>
 
-#include "runtime/credentials.hpp"
+#include "net/credentials.hpp"
 
 namespace cafhvd::tls {
 

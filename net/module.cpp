@@ -1,0 +1,100 @@
+// caf-hvd-net.so's table (runtime/net.hpp): everything of caf-hvd that needs CAF's
+// middleman, CAF's OpenSSL module or OpenSSL, behind one entry point.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "net/credentials.hpp"
+#include "net/tls_context.hpp"
+#include "runtime/net.hpp"
+
+namespace cafhvd::net {
+
+namespace {
+
+void install_tls(const cluster_credentials& creds) {
+  tls::install({creds, [](const std::string& line) {
+                  std::fprintf(stderr, "caf-hvd: %s\n", line.c_str());
+                }});
+}
+
+void enable_network(caf::actor_system_config& cfg, std::chrono::milliseconds heartbeat,
+                    std::chrono::milliseconds timeout, const cluster_credentials* creds) {
+  cfg.set("middleman.heartbeat-interval", caf::timespan{heartbeat});
+  cfg.set("middleman.connection-timeout", caf::timespan{timeout});
+  // Never: it opens a second, unauthenticated plain-TCP port (reference/caf.md §6.5).
+  cfg.set("middleman.enable-automatic-connections", false);
+  cfg.load<caf::io::middleman>();
+  if (creds) {
+    // CAF's module needs the paths to turn authentication on; the hooks (tls_hooks.cpp)
+    // hand it the shared context built here instead of one per connection.
+    cfg.openssl_certificate = creds->cert;
+    cfg.openssl_key = creds->key;
+    cfg.openssl_cafile = creds->ca_cert;
+    install_tls(*creds);
+    cfg.load<caf::openssl::manager>();
+  }
+}
+
+caf::actor connector(caf::actor_system& sys, bool tls) {
+  return caf::actor_cast<caf::actor>(tls ? sys.openssl_manager().actor_handle()
+                                         : sys.middleman().actor_handle());
+}
+
+caf::expected<uint16_t> open(caf::actor_system& sys, uint16_t port, const std::string& bind,
+                             bool tls) {
+  if (!tls)
+    return sys.middleman().open(port, bind.empty() ? nullptr : bind.c_str(), true);
+  caf::expected<uint16_t> opened{caf::sec::runtime_error};
+  caf::scoped_actor self{sys};
+  self->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(10),
+                caf::open_atom::value, port, bind, true)
+      .receive([&](uint16_t p) { opened = p; }, [&](caf::error& e) { opened = std::move(e); });
+  return opened;
+}
+
+std::string hmac_sha256(std::string_view key, std::string_view body) {
+  static const unsigned char no_key = 0;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  auto* k = key.empty() ? &no_key : reinterpret_cast<const unsigned char*>(key.data());
+  if (!HMAC(EVP_sha256(), k, static_cast<int>(key.size()),
+            reinterpret_cast<const unsigned char*>(body.data()), body.size(), md, &len)
+      || len != 32)
+    throw std::runtime_error("HMAC-SHA256 failed");
+  return std::string(reinterpret_cast<const char*>(md), len);
+}
+
+bool digests_equal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+const api table = [] {
+  api t;
+  t.enable_network = &enable_network;
+  t.install_tls = &install_tls;
+  t.connector = &connector;
+  t.open = &open;
+  t.tls_failure_for = &tls::failure_for;
+  t.init_cluster = &init_cluster;
+  t.issue_credentials = &issue_credentials;
+  t.revoke_credentials = &revoke_credentials;
+  t.load_cluster = &load_cluster;
+  t.hmac_sha256 = &hmac_sha256;
+  t.digests_equal = &digests_equal;
+  return t;
+}();
+
+} // namespace
+
+} // namespace cafhvd::net
+
+extern "C" __attribute__((visibility("default"))) const cafhvd::net::api* cafhvd_net_api() {
+  return &cafhvd::net::table;
+}
