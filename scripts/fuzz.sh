@@ -29,10 +29,13 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 sources=(runtime/host_spec.cpp runtime/assignment.cpp runtime/kv_store.cpp
          runtime/rendezvous_server.cpp runtime/torch_store_protocol.cpp runtime/channel.cpp
          runtime/output_writer.cpp runtime/allocation.cpp runtime/timeline.cpp
-         runtime/allowlist.cpp runtime/horovod_wire.cpp)
+         runtime/allowlist.cpp runtime/horovod_wire.cpp runtime/socket_abort.cpp
+         # Horovod's wire signs with the network module's HMAC, linked in here
+         runtime/net.cpp runtime/process.cpp runtime/credentials.cpp
+         net/module.cpp net/credentials.cpp net/tls_context.cpp)
 for t in "${targets[@]}"; do
   echo "building fuzz-$t"
-  clang++-14 "${flags[@]}" "tests/fuzz/fuzz_$t.cpp" "${sources[@]}" -lfmt -lssl -lcrypto -lpthread \
+  clang++-14 "${flags[@]}" "tests/fuzz/fuzz_$t.cpp" "${sources[@]}" -lfmt -lcaf_core -lcaf_io -lcaf_openssl -lssl -lcrypto -lpthread \
     -o "$out/fuzz-$t"
 done
 
