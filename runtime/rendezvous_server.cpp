@@ -164,8 +164,7 @@ elastic_request parse_elastic_request(std::string_view raw, long max_wait_ms) {
 }
 
 rendezvous_answer answer_request(kv_store& store, std::string_view method,
-                                 std::string_view target_text, std::string body, bool has_length,
-                                 long absent_hold_ms) {
+                                 std::string_view target_text, std::string body, bool has_length) {
   auto t = parse_target(target_text);
   if (!t)
     return {400, "expected /<scope>/<key>\n", false, 0};
@@ -182,8 +181,8 @@ rendezvous_answer answer_request(kv_store& store, std::string_view method,
     auto v = store.get(t->scope, t->key);
     if (v)
       return {200, t->snapshot ? scope_snapshot(store, t->scope) : std::move(*v), false, 0};
-    if (t->wait_ms ? *t->wait_ms > 0 : absent_hold_ms > 0)
-      return {0, "", false, t->wait_ms ? *t->wait_ms : absent_hold_ms};
+    if (t->wait_ms && *t->wait_ms > 0)
+      return {0, "", false, *t->wait_ms};
     return {404, "", false, 0};
   }
   if (method == "DELETE") {
@@ -390,15 +389,14 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       srv.note_gloo_addresses(req.body());
     auto a = answer_request(srv.store, std::string_view{verb.data(), verb.size()},
                             std::string_view{raw.data(), raw.size()}, std::move(req.body()),
-                            req.has_content_length() || req.chunked(),
-                            static_cast<long>(srv.opts.absent_get_hold.count()));
+                            req.has_content_length() || req.chunked());
     if (registering && a.status == 200)
       srv.on_register(registering->first, registering->second, registered_body);
     if (a.status >= 400)
       ++srv.rejected;
     if (a.wait_ms > 0) {
       auto t = parse_target(std::string_view{raw.data(), raw.size()});
-      return long_poll(*t, a.wait_ms, keep);
+      return long_poll(*t, keep);
     }
     http::response<http::string_body> res{static_cast<http::status>(a.status), 11u};
     if (a.status == 405)
@@ -504,14 +502,14 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   std::string snapshot(const std::string& scope) { return scope_snapshot(srv.store, scope); }
 
   // Holds the request until the key exists or the wait ends; then 200 or 404.
-  void long_poll(const target& t, long wait_ms, bool keep) {
+  void long_poll(const target& t, bool keep) {
     if (!poll_fits()) { // answered as if the wait had ended: the client asks again
       ++srv.polls_cut;
       return reply(http::status::not_found, "", keep);
     }
     enter(mode::polling);
     stream.expires_never();
-    auto wait = std::min<long>(wait_ms, static_cast<long>(srv.opts.max_wait.count()));
+    auto wait = std::min<long>(*t.wait_ms, static_cast<long>(srv.opts.max_wait.count()));
     waiter =
         srv.store.wait(t.scope, t.key,
                        [self = shared_from_this(), keep, snap = t.snapshot,

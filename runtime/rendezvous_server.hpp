@@ -36,11 +36,6 @@ struct rendezvous_options {
   std::function<void(const std::string&)> on_refused;
   std::chrono::milliseconds request_timeout{10000}; // to receive one whole request
   std::chrono::milliseconds max_wait{600000};       // cap of a long-poll GET
-  // A GET of an absent key that names no wait (Horovod's Gloo store: it asks again 10 ms
-  // after each 404, and every rendezvous of hvd.init() waits for the slowest rank's
-  // next try) is held this long for the key, as a long poll; ?wait_ms=0 asks for the
-  // plain 404 at once.
-  std::chrono::milliseconds absent_get_hold{500};
   kv_store::limits limits;
 };
 
@@ -57,8 +52,8 @@ struct rendezvous_stats {
 };
 
 /// The answer to one parsed request, without I/O: `wait_ms > 0` means "hold the request
-/// until the key exists" (a long-poll GET of an absent key: its own ?wait_ms, else
-/// `absent_hold_ms`). Used by the server and by the fuzz target.
+/// until the key exists" (a long-poll GET of an absent key). Used by the server and by
+/// the fuzz target.
 struct rendezvous_answer {
   int status = 0;
   std::string body;
@@ -67,7 +62,7 @@ struct rendezvous_answer {
 };
 
 rendezvous_answer answer_request(kv_store& store, std::string_view method, std::string_view target,
-                                 std::string body, bool has_length, long absent_hold_ms = 0);
+                                 std::string body, bool has_length);
 
 /// A slot's key in rank_and_size: "<host>:<local_rank>".
 std::string slot_key(const std::string& host, int local_rank);

@@ -292,40 +292,6 @@ TEST_CASE("server: long-poll GET answers when the key arrives, 404 at its deadli
   CHECK(std::chrono::steady_clock::now() - t0 >= 250ms);
 }
 
-TEST_CASE("server: a plain GET of an absent key is held for the key (Horovod's Gloo store)") {
-  rendezvous_options o;
-  o.absent_get_hold = 3000ms;
-  rendezvous_server srv{o};
-  srv.init(plan_3_plus_1());
-  // Horovod's client names no wait: the GET that comes before the peer's PUT gets the
-  // value when the PUT arrives, not a 404 to poll again after.
-  std::string got;
-  std::thread waiter{[&] {
-    got = raw(srv.port(),
-              "GET /global/2 HTTP/1.1\r\nHost: 127.0.0.1:1\r\nContent-Length: 0\r\n\r\n", 5s);
-  }};
-  std::this_thread::sleep_for(200ms);
-  CHECK(status_of(request(srv.port(), "PUT", "/global/2", "peer")) == 200);
-  waiter.join();
-  CHECK(status_of(got) == 200);
-  CHECK(body_of(got) == "peer");
-  // ?wait_ms=0 asks for the plain answer: 404 at once, not the value PUT during a hold.
-  std::string now;
-  std::thread asker{[&] { now = request(srv.port(), "GET", "/global/1?wait_ms=0"); }};
-  std::this_thread::sleep_for(200ms);
-  CHECK(status_of(request(srv.port(), "PUT", "/global/1", "one")) == 200);
-  asker.join();
-  CHECK(status_of(now) == 404);
-  // A key that never comes: 404 when the hold ends (the client asks again).
-  rendezvous_options short_hold;
-  short_hold.absent_get_hold = 200ms;
-  rendezvous_server srv2{short_hold};
-  srv2.init(plan_3_plus_1());
-  auto t0 = std::chrono::steady_clock::now();
-  CHECK(status_of(request(srv2.port(), "GET", "/global/never")) == 404);
-  CHECK(std::chrono::steady_clock::now() - t0 >= 150ms);
-}
-
 TEST_CASE("server: malformed requests get 4xx or a closed connection, and it keeps serving") {
   rendezvous_options o;
   o.limits.max_value = 1024;
