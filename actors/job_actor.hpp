@@ -54,7 +54,6 @@
 
 
 #include "actors/config.hpp"
-#include "runtime/net.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/driver_util.hpp"
 #include "actors/node_actors.hpp"

@@ -2,6 +2,7 @@
 // checks, connects (a window of TLS handshakes), colocators and node info, readiness,
 // unusable and lost hosts, the blacklist, and starting the coordinator's servers.
 #include "actors/job_actor.hpp"
+#include "runtime/net.hpp"
 
 namespace cafhvd::driver_impl {
 

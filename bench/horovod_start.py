@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from bench_env import named_build
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROGRAM = r"""
@@ -56,14 +58,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--np", type=int, default=4)
-    ap.add_argument("builds", nargs="+", metavar="NAME=PATH")
+    ap.add_argument("builds", nargs="+", metavar="NAME=PATH", type=named_build)
     a = ap.parse_args()
-    builds = []
-    for b in a.builds:
-        name, sep, path = b.partition("=")
-        if not sep or not name or not path:
-            sys.exit(f"horovod_start.py: '{b}': give NAME=PATH/TO/caf-hvd")
-        builds.append((name, path))
+    builds = a.builds
     site = subprocess.run([os.path.join(ROOT, "scripts", "setup-horovod.sh")],
                           capture_output=True, text=True)
     if site.returncode != 0:

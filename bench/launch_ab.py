@@ -17,18 +17,15 @@ import subprocess
 import sys
 import time
 
+from bench_env import named_build
+
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("builds", nargs="+", metavar="NAME=PATH")
+    ap.add_argument("builds", nargs="+", metavar="NAME=PATH", type=named_build)
     a = ap.parse_args()
-    builds = []
-    for b in a.builds:
-        name, sep, path = b.partition("=")
-        if not sep or not name or not path:
-            sys.exit(f"launch_ab.py: '{b}': give NAME=PATH/TO/caf-hvd")
-        builds.append((name, path))
+    builds = a.builds
     cmds = [(f"floor {n}", n, ["sh", "-c", " ".join(["/bin/true &"] * n) + " wait"])
             for n in (1, 4, 8)]
     for name, path in builds:
