@@ -104,8 +104,12 @@ void job::on_result(uint32_t slot, uint64_t id, std::string payload) {
   auto* s = slot_by_id(slot);
   if (!s)
     return;
-  if (auto it = std::find(s->calls.begin(), s->calls.end(), id); it != s->calls.end())
-    s->calls.erase(it);
+  // An answer to a call the job already failed (its rank's exit report came first) is
+  // dropped: the owner hears of each call once per rank.
+  auto it = std::find(s->calls.begin(), s->calls.end(), id);
+  if (it == s->calls.end())
+    return;
+  s->calls.erase(it);
   if (id == 0 && elastic_) {
     // The start function's value: returned when the job ends, for its final ranks.
     s->boot_result = std::move(payload);

@@ -273,23 +273,55 @@ using worker_ptr = worker_actor::stateful_pointer<worker_state>;
 // deadline_atom's id for "the channel reached EOF with calls outstanding"
 constexpr uint64_t eof_check = ~uint64_t{0};
 
-// The reader thread turns frames into messages to the worker; a rank may only answer
-// and log, and its log records wait for credit (a rank that logs without pause blocks
-// on its socket, nothing is dropped).
+// The reader thread turns frames into messages: answers straight to the job when
+// nothing of the rank is on its way through the worker (call_book), the rest to the
+// worker. A rank may only answer and log, and its log records wait for credit (a rank
+// that logs without pause blocks on its socket, nothing is dropped).
 void open_channel(worker_ptr self, int fd, uint64_t max_frame) {
   auto hdl = caf::actor_cast<worker_actor>(self);
   auto window = self->state.log_window;
+  auto book = self->state.book;
+  auto driver = self->state.driver;
+  auto slot = self->state.rank;
   self->state.channel = std::make_unique<frame_channel>(
       fd, max_frame > 0 ? max_frame : default_max_frame,
-      [hdl, window](frame&& f) {
+      [hdl, window, book, driver, slot](frame&& f) {
         switch (f.kind) {
-        case frame_kind::result:
-          caf::anon_send(hdl, result_atom::value, f.id, std::move(f.payload));
-          break;
+        case frame_kind::result: {
+          std::unique_lock g{book->m};
+          if (book->closed)
+            return;
+          if (book->calls.empty() || book->calls.front() != f.id) {
+            book->closed = true;
+            auto problem =
+                book->calls.empty()
+                    ? fmt::format("answered call {} with no call outstanding", f.id)
+                    : fmt::format("answered call {} while call {} was the oldest outstanding",
+                                  f.id, book->calls.front());
+            g.unlock();
+            caf::anon_send(hdl, chanend_atom::value, problem);
+            return;
+          }
+          book->calls.pop_front();
+          if (book->via_worker == 0) {
+            g.unlock();
+            caf::anon_send(driver, result_atom::value, slot, f.id, std::move(f.payload));
+          } else {
+            ++book->via_worker;
+            g.unlock();
+            caf::anon_send(hdl, result_atom::value, f.id, std::move(f.payload));
+          }
+          return;
+        }
         case frame_kind::log:
-          if (window->acquire())
+          if (window->acquire()) {
+            {
+              std::lock_guard g{book->m};
+              ++book->via_worker;
+            }
             caf::anon_send(hdl, log_atom::value, std::move(f.payload));
-          break;
+          }
+          return;
         default:
           caf::anon_send(hdl, chanend_atom::value,
                          fmt::format("sent a {} frame (a rank may send only result and log)",
@@ -299,9 +331,18 @@ void open_channel(worker_ptr self, int fd, uint64_t max_frame) {
       [hdl](const std::string& problem) { caf::anon_send(hdl, chanend_atom::value, problem); });
 }
 
+// A frame the reader handed to the worker has gone on to the job.
+void sent_on(worker_ptr self) {
+  std::lock_guard g{self->state.book->m};
+  --self->state.book->via_worker;
+}
+
 void start_call(worker_ptr self, uint64_t id, uint32_t deadline_ms, std::string payload) {
   auto& st = self->state;
-  st.calls.push_back(id);
+  {
+    std::lock_guard g{st.book->m};
+    st.book->calls.push_back(id);
+  }
   frame f;
   f.kind = frame_kind::call;
   f.id = id;
@@ -317,6 +358,10 @@ void start_call(worker_ptr self, uint64_t id, uint32_t deadline_ms, std::string 
 void channel_broke(worker_ptr self, const std::string& what) {
   auto& st = self->state;
   st.channel_broken = true;
+  {
+    std::lock_guard g{st.book->m};
+    st.book->closed = true;
+  }
   self->send(st.driver, chanfail_atom::value, st.rank, what);
   if (st.child)
     st.child->signal_group(SIGKILL);
@@ -415,17 +460,11 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
           self->state.channel->close_after_writes();
       },
       [=](result_atom, uint64_t id, std::string& payload) {
+        // an answer the reader checked, behind the rank's earlier frames
         auto& st = self->state;
-        if (st.channel_broken)
-          return;
-        if (st.calls.empty() || st.calls.front() != id)
-          return channel_broke(
-              self, st.calls.empty()
-                        ? fmt::format("answered call {} with no call outstanding", id)
-                        : fmt::format("answered call {} while call {} was the oldest outstanding",
-                                      id, st.calls.front()));
-        st.calls.pop_front();
-        self->send(st.driver, result_atom::value, st.rank, id, std::move(payload));
+        if (!st.channel_broken)
+          self->send(st.driver, result_atom::value, st.rank, id, std::move(payload));
+        sent_on(self);
       },
       [=](log_atom, std::string& payload) {
         auto window = self->state.log_window;
@@ -433,6 +472,7 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
                       self->state.rank, std::move(payload))
             .then([window](caf::ok_atom) { window->release(); },
                   [window](caf::error&) { window->release(); });
+        sent_on(self);
       },
       [=](chanend_atom, const std::string& problem) {
         auto& st = self->state;
@@ -443,17 +483,21 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         // A process that dies closes its channel first: give its exit report a moment
         // to name the death before calling the EOF itself the cause.
         st.channel_eof = true;
-        if (!st.calls.empty())
+        if (st.book->size() > 0)
           self->delayed_send(self, std::chrono::seconds(2), deadline_atom::value, eof_check);
       },
       [=](deadline_atom, uint64_t id) {
         auto& st = self->state;
-        if (id == eof_check && !st.channel_broken && !st.calls.empty())
-          return channel_broke(self, fmt::format("closed its channel with {} call{} unanswered",
-                                                 st.calls.size(), st.calls.size() == 1 ? "" : "s"));
-        if (st.channel_broken || std::find(st.calls.begin(), st.calls.end(), id) == st.calls.end())
+        if (st.channel_broken)
           return;
-        channel_broke(self, fmt::format("did not answer call {} within its deadline", id));
+        if (id == eof_check) {
+          if (auto n = st.book->size(); n > 0)
+            channel_broke(self, fmt::format("closed its channel with {} call{} unanswered", n,
+                                            n == 1 ? "" : "s"));
+          return;
+        }
+        if (st.book->outstanding(id))
+          channel_broke(self, fmt::format("did not answer call {} within its deadline", id));
       },
       [=](terminate_atom, int32_t sig) { signal_rank(self, sig); },
       [=](stop_atom, const std::string& why) {

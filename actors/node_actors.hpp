@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
 #include <deque>
+#include <mutex>
 
 #include "actors/protocol.hpp"
 #include "runtime/channel.hpp"
@@ -46,6 +48,26 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
                                             driver_actor driver, coordinator_actor coordinator,
                                             std::string job, int32_t grace_ms);
 
+/// A rank's outstanding calls, shared by its worker and its channel's reader thread.
+/// The reader checks each answer against the oldest call and sends it straight to the
+/// job, one actor hop less per call, unless a frame of the rank it handed to the worker
+/// (a log record, an answer) is still on its way: then the answer follows it through
+/// the worker, so the job sees the rank's frames in the order the rank wrote them.
+struct call_book {
+  std::mutex m;
+  std::deque<uint64_t> calls; // not answered yet, oldest first (a rank answers in order)
+  int via_worker = 0;         // frames handed to the worker and not yet sent on
+  bool closed = false;        // the channel broke: nothing more goes to the job
+  bool outstanding(uint64_t id) {
+    std::lock_guard g{m};
+    return std::find(calls.begin(), calls.end(), id) != calls.end();
+  }
+  size_t size() {
+    std::lock_guard g{m};
+    return calls.size();
+  }
+};
+
 struct worker_state {
   worker_state() = default;
   std::shared_ptr<flow_window> window = std::make_shared<flow_window>(8);
@@ -55,11 +77,10 @@ struct worker_state {
   uint32_t rank = 0;
   std::string stopped_by;   // why the agent stopped this rank, if it did
   int32_t early_signal = 0; // a stop that came before the launch, sent once it is done
-  // executor mode: the channel to the process and the calls it has not answered yet,
-  // oldest first (a rank answers in order)
+  // executor mode: the channel to the process and the calls it has not answered yet
   std::unique_ptr<frame_channel> channel;
-  std::deque<uint64_t> calls;
-  bool channel_broken = false;
+  std::shared_ptr<call_book> book = std::make_shared<call_book>();
+  bool channel_broken = false; // the job was told why (chanfail); the process is killed
   bool channel_eof = false; // the process closed its end
   ~worker_state() {
     window->close();

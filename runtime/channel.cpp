@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <thread>
 #include <unistd.h>
 
@@ -143,6 +144,7 @@ struct frame_channel::shared {
     std::string header; // the payload is sent from the frame itself, not copied
     std::string payload;
     std::function<void()> done;
+    size_t skip = 0; // bytes of header + payload already written by `send` itself
   };
   std::deque<item> queue;
   size_t pending = 0;
@@ -158,12 +160,12 @@ struct frame_channel::shared {
 
 namespace {
 
-bool send_fully(int fd, const std::string& bytes) {
+bool send_fully(int fd, std::string_view bytes) {
   size_t off = 0;
   while (off < bytes.size()) {
     auto n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == ENOTSOCK)
-      return write_fully(fd, std::string_view{bytes}.substr(off));
+      return write_fully(fd, bytes.substr(off));
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -172,6 +174,23 @@ bool send_fully(int fd, const std::string& bytes) {
     off += static_cast<size_t>(n);
   }
   return true;
+}
+
+// What of `header` + `payload` the socket takes now, without waiting: 0 when it takes
+// nothing or is not a socket (the writer thread then sends it and sees any error).
+size_t send_now(int fd, const std::string& header, const std::string& payload) {
+  iovec iov[2] = {{const_cast<char*>(header.data()), header.size()},
+                  {const_cast<char*>(payload.data()), payload.size()}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = payload.empty() ? 1 : 2;
+  for (;;) {
+    auto n = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0)
+      return static_cast<size_t>(n);
+    if (errno != EINTR)
+      return 0;
+  }
 }
 
 } // namespace
@@ -233,12 +252,19 @@ frame_channel::frame_channel(int fd, uint64_t max_payload, frame_fn on_frame, cl
       sh->queue.pop_front();
       sh->writing = true;
       guard.unlock();
-      bool ok = send_fully(sh->fd, x.header) && send_fully(sh->fd, x.payload);
+      std::string_view head{x.header}, body{x.payload};
+      if (x.skip < head.size()) {
+        head.remove_prefix(x.skip);
+      } else {
+        body.remove_prefix(x.skip - head.size());
+        head = {};
+      }
+      bool ok = send_fully(sh->fd, head) && send_fully(sh->fd, body);
       if (x.done)
         x.done();
       guard.lock();
       sh->writing = false;
-      sh->pending -= x.header.size() + x.payload.size();
+      sh->pending -= x.header.size() + x.payload.size() - x.skip;
       if (!ok) { // the peer is gone: the reader sees it; drop the rest
         sh->stop = true;
         return drop_all();
@@ -264,17 +290,26 @@ void frame_channel::send(frame f, std::function<void()> done) {
     header += f.payload;
     f.payload.clear();
   }
+  bool queued = false;
   {
     std::lock_guard guard{sh_->m};
     if (!sh_->stop && !sh_->half_close) {
-      sh_->pending += header.size() + f.payload.size();
-      sh_->queue.push_back({std::move(header), std::move(f.payload), std::move(done)});
-      done = nullptr;
+      // Nothing ahead of it: the caller writes what the socket takes at once, so a
+      // frame that fits costs no wake-up of the writer thread. The lock keeps the order.
+      size_t total = header.size() + f.payload.size();
+      size_t sent = sh_->queue.empty() && !sh_->writing ? send_now(sh_->fd, header, f.payload) : 0;
+      if (sent < total) {
+        sh_->pending += total - sent;
+        sh_->queue.push_back({std::move(header), std::move(f.payload), std::move(done), sent});
+        done = nullptr;
+        queued = true;
+      }
     }
   }
   if (done)
     done();
-  sh_->cv.notify_all();
+  if (queued)
+    sh_->cv.notify_all();
 }
 
 bool frame_channel::flush(std::chrono::milliseconds timeout) {

@@ -74,10 +74,11 @@ private:
 };
 
 /// A frame stream over a connected socket: a reader thread hands every frame to
-/// `on_frame`, a writer thread sends what `send` queued, in order. The callbacks run on
-/// the reader thread; `on_close` runs once, with "" for a clean end of stream, else the
-/// problem (a violation, a frame cut off, a read error). Both threads stop when the
-/// channel is destroyed; the descriptor is closed once neither uses it any more.
+/// `on_frame`, a writer thread sends what `send` could not write at once, in order. The
+/// callbacks run on the reader thread; `on_close` runs once, with "" for a clean end of
+/// stream, else the problem (a violation, a frame cut off, a read error). Both threads
+/// stop when the channel is destroyed; the descriptor is closed once neither uses it any
+/// more.
 class frame_channel {
 public:
   using frame_fn = std::function<void(frame&&)>;
@@ -89,8 +90,10 @@ public:
   frame_channel(const frame_channel&) = delete;
   frame_channel& operator=(const frame_channel&) = delete;
 
-  /// Queues `f` for the writer thread; `done` (if any) runs on that thread once the
-  /// frame is written or dropped (the peer is gone, the channel closed).
+  /// Sends `f` in order: with nothing queued, what the socket takes at once is written
+  /// here without blocking; the rest is queued for the writer thread. `done` (if any)
+  /// runs once the frame is written or dropped (the peer is gone, the channel closed):
+  /// here, or on the writer thread.
   void send(frame f, std::function<void()> done = {});
   /// Waits until everything queued is written (or dropped); false on timeout.
   bool flush(std::chrono::milliseconds timeout);

@@ -161,9 +161,10 @@ class _Job:
 
     def _read(self):
         why = None
+        frames = _frames.Reader(self.sock, 1 << 32)
         try:
             while True:
-                f = _frames.read(self.sock, 1 << 32)
+                f = frames.read()
                 if f is None:
                     break
                 self._on_frame(*f)

@@ -44,11 +44,12 @@ def main():
     sock = socket.socket(fileno=fd)
     channel = _runtime.Channel(sock, max_frame)
     _runtime.channel = channel
+    frames = _frames.Reader(sock, max_frame)
     executable = None
     code = 0
     while True:
         try:
-            f = _frames.read(sock, max_frame)
+            f = frames.read()
         except (_frames.FrameError, OSError) as e:
             print(f"caf_hvd worker: channel broken: {e}", file=sys.stderr, flush=True)
             break

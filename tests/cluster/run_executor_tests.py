@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from harness import Cluster, pids_matching, run_suite, wait_until  # noqa: E402
 
 import caf_hvd  # noqa: E402
+from caf_hvd import _frames  # noqa: E402
 from caf_hvd import ElasticExecutor, Executor, ExecutorError, WorkerError  # noqa: E402
 
 WORKER = "caf_hvd.worker"
@@ -68,6 +69,69 @@ def deep_failure(x):
     def inner():
         raise KeyError(f"missing {x}")
     inner()
+
+
+class FrameReaderTest(unittest.TestCase):
+    """The package's frame reader, which takes whatever has arrived in one recv: frames
+    come out whole and in order however the stream is cut, and every way a stream can
+    break is named."""
+
+    def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(self):
+        import random
+        import socket
+        rng = random.Random(7)
+        sizes = [0, 1, 23, 24, 25, 500, 65535, 65536, 65537, 300_000, 3 << 20]
+        frames = [(rng.choice([_frames.CALL, _frames.RESULT, _frames.LOG]), i, i % 5, i % 3,
+                   rng.randbytes(rng.choice(sizes))) for i in range(120)]
+        a, b = socket.socketpair()
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+
+        def writer():
+            data = b"".join(_frames.encode(k, i, r, p, d) for k, i, r, d, p in frames)
+            at = 0
+            while at < len(data):  # cuts anywhere: inside headers, between frames, in bursts
+                n = rng.choice([1, 7, 24, 1000, 70_000, 1 << 20])
+                a.sendall(data[at:at + n])
+                at += n
+            a.shutdown(socket.SHUT_WR)
+
+        t = threading.Thread(target=writer)
+        t.start()
+        reader = _frames.Reader(b)
+        got = []
+        while (f := reader.read()) is not None:
+            got.append(f)
+        t.join()
+        self.assertEqual(len(got), len(frames))
+        for want, have in zip(frames, got):
+            self.assertEqual(have, want)
+
+    def test_a_broken_stream_is_named(self):
+        import socket
+        cases = [
+            (_frames.encode(_frames.RESULT, 3, 0, b"p" * 500)[:100],
+             "the stream ended inside a result frame (76 of 500 payload bytes)"),
+            (_frames.encode(_frames.LOG, 3, 0, b"q")[:10],
+             "the stream ended inside a frame header (10 of 24 bytes)"),
+            (b"\xff" * 30, "frame with non-zero reserved bytes"),
+            (bytes([9, 0, 0, 0]) + bytes(20), "unknown frame kind 9"),
+            (_frames.encode(_frames.RESULT, 1, 0, b"r" * 2048), "result frame of 2048 bytes "
+             "is over the limit of 1024 bytes"),
+        ]
+        for data, expected in cases:
+            a, b = socket.socketpair()
+            a.sendall(data)
+            a.shutdown(socket.SHUT_WR)
+            with self.assertRaises(_frames.FrameError) as cm:
+                _frames.Reader(b, 1024).read()
+            self.assertEqual(str(cm.exception), expected)
+            a.close()
+            b.close()
+        a, b = socket.socketpair()
+        a.close()
+        self.assertIsNone(_frames.Reader(b).read())  # a clean end between frames
+        b.close()
 
 
 class ExecutorTest(unittest.TestCase):
@@ -560,7 +624,7 @@ class ElasticExecutorTest(AgentCase):
 if __name__ == "__main__":
     argv = sys.argv[1:]
     code = 0
-    for case in (ExecutorTest, AgentExecutorTest, GpuExecutorTest, TorchExampleTest,
+    for case in (FrameReaderTest, ExecutorTest, AgentExecutorTest, GpuExecutorTest, TorchExampleTest,
                  ElasticExecutorTest):
         code |= run_suite(case, argv)
     left = workers_left()

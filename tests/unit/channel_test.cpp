@@ -209,3 +209,46 @@ TEST_CASE("close_after_writes delivers what was queued, then EOF; a gone peer dr
   ::close(sv[1]);
   CHECK(in.wait_closed() == "");
 }
+
+TEST_CASE("frames the socket cannot take at once are finished by the writer, in order") {
+  // `send` writes what the socket takes without waiting and queues the rest: a frame cut
+  // there (inside its header, inside its payload) must go on from that byte, and frames
+  // sent after it must wait behind it.
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  int small = 4096;
+  REQUIRE(::setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
+  REQUIRE(::setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small) == 0);
+  inbox in;
+  frame_channel ch{sv[0], default_max_frame, in.on_frame(), in.on_close()};
+  auto payload_of = [](uint64_t id) {
+    static const size_t sizes[] = {0, 1, 17, 1000, 4095, 65535, 65536, 200000};
+    std::string p(sizes[id % 8], '\0');
+    for (size_t i = 0; i < p.size(); ++i)
+      p[i] = static_cast<char>(i * 7 + id);
+    return p;
+  };
+  std::mutex m;
+  std::vector<uint64_t> done;
+  constexpr uint64_t n = 48;
+  for (uint64_t id = 1; id <= n; ++id)
+    ch.send(make(frame_kind::call, id, 0, payload_of(id)), [&, id] {
+      std::lock_guard g{m};
+      done.push_back(id);
+    });
+  CHECK(ch.pending() > 0); // nobody reads yet: most of it waits
+  for (uint64_t id = 1; id <= n; ++id) {
+    auto f = read_frame(sv[1]);
+    REQUIRE(f);
+    CHECK(f->id == id);
+    CHECK(f->payload == payload_of(id));
+  }
+  REQUIRE(ch.flush(std::chrono::seconds(5)));
+  CHECK(ch.pending() == 0);
+  std::vector<uint64_t> expected;
+  for (uint64_t id = 1; id <= n; ++id)
+    expected.push_back(id);
+  std::lock_guard g{m};
+  CHECK(done == expected);
+  ::close(sv[1]);
+}
