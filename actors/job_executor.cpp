@@ -2,6 +2,8 @@
 // relayed to the ranks' workers, their results and logs back, the rank table and the end.
 #include "actors/job_actor.hpp"
 
+#include <map>
+
 namespace cafhvd::driver_impl {
 
 bool job::executor() const {
@@ -89,6 +91,8 @@ void job::on_call(uint64_t id, uint32_t rank, uint32_t deadline, std::string pay
                   fmt::format("there is no rank {}: the job has {} ranks", rank, gen_.plan.size()));
   uint32_t first = rank == all_ranks ? 0 : rank;
   uint32_t last = rank == all_ranks ? static_cast<uint32_t>(gen_.plan.size()) : rank + 1;
+  // One message per host: its colocator hands the call to the workers there.
+  std::map<std::string, std::vector<uint32_t>> by_host;
   for (uint32_t r = first; r < last; ++r) {
     auto* s = slot_of_rank(r);
     if (!s || !s->running || !s->worker) {
@@ -96,7 +100,18 @@ void job::on_call(uint64_t id, uint32_t rank, uint32_t deadline, std::string pay
       continue;
     }
     s->calls.push_back(id);
-    send(s->worker, call_atom::value, id, deadline, r + 1 == last ? std::move(payload) : payload);
+    by_host[s->endpoint].push_back(s->id);
+  }
+  size_t left = by_host.size();
+  for (auto& [ep, slots] : by_host) {
+    auto hosted = --left > 0 ? payload : std::move(payload);
+    auto& h = hosts_.at(ep);
+    if (h.colocator) {
+      send(h.colocator, call_atom::value, id, deadline, std::move(hosted), std::move(slots));
+      continue;
+    }
+    for (auto slot : slots) // no colocator to fan out (cannot happen for a running slot)
+      send(slot_by_id(slot)->worker, call_atom::value, id, deadline, hosted);
   }
 }
 

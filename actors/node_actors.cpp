@@ -241,6 +241,17 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         self->state.aborts.erase(it);
       },
       [=](enlist_atom, worker_actor w) { enlist(self, std::move(w)); },
+      [=](call_atom, uint64_t id, uint32_t deadline_ms, std::string& payload,
+          std::vector<uint32_t>& slots) {
+        auto& st = self->state;
+        for (size_t i = 0; i < slots.size(); ++i) {
+          auto it = st.by_slot.find(slots[i]);
+          if (it == st.by_slot.end())
+            continue; // its worker is gone, and its exit report fails the call
+          self->send(it->second, call_atom::value, id, deadline_ms,
+                     i + 1 == slots.size() ? std::move(payload) : payload);
+        }
+      },
       [=](terminate_atom, int32_t grace) {
         for (auto& w : self->state.workers)
           self->send(w, terminate_atom::value, int32_t{SIGTERM});

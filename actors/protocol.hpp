@@ -391,6 +391,9 @@ using colocator_actor = caf::typed_actor<
                     std::vector<std::string>>::with<std::vector<probe_result>>,
     caf::reacts_to<probed_atom, uint64_t, std::vector<probe_result>>, // from a probe thread
     caf::reacts_to<enlist_atom, worker_actor>, // a worker of this node starts
+    // executor mode: call `id` (deadline ms, payload) for the workers of these slots, one
+    // message per node and call instead of one per rank
+    caf::reacts_to<call_atom, uint64_t, uint32_t, std::string, std::vector<uint32_t>>,
     // lend N more devices to this job (held until the colocator ends): every device the
     // job holds here, or none and why not
     caf::replies_to<gpu_atom, uint32_t>::with<gpu_lease>,

@@ -25,7 +25,7 @@ def encode(kind, ident=0, rank=0, payload=b"", deadline_ms=0):
 class Reader:
     """Frames from a socket that only this reader reads. One recv takes whatever has
     arrived, so a burst of small frames (eight ranks' answers) costs one system call, not
-    two per frame; a large payload is received straight into its own buffer."""
+    two per frame."""
 
     CHUNK = 1 << 16
 
@@ -62,17 +62,15 @@ class Reader:
             payload = bytes(self.buf[HEADER.size:end])
             del self.buf[:end]
             return kind, ident, rank, deadline, payload
-        # the rest of the payload goes straight into its own buffer
-        payload = bytearray(length)
-        have = len(self.buf) - HEADER.size
-        payload[:have] = self.buf[HEADER.size:]
+        # the rest of the payload: received in large pieces, joined once
+        chunks = [bytes(self.buf[HEADER.size:])]
+        have = len(chunks[0])
         self.buf.clear()
-        view = memoryview(payload)
         while have < length:
-            n = self.sock.recv_into(view[have:], min(length - have, 1 << 22))
-            if not n:
+            chunk = self.sock.recv(min(length - have, 1 << 22))
+            if not chunk:
                 raise FrameError(f"the stream ended inside a {KIND_NAMES[kind]} frame ({have} "
                                  f"of {length} payload bytes)")
-            have += n
-        return kind, ident, rank, deadline, bytes(payload)
-
+            chunks.append(chunk)
+            have += len(chunk)
+        return kind, ident, rank, deadline, b"".join(chunks)
