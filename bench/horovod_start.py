@@ -17,8 +17,13 @@ and after hvd.shutdown(). Per run this prints, over the ranks:
     with torch loaded takes hundreds of ms) and whatever the launcher adds.
 The floor row is four (--np) parallel processes that stamp around the same import and
 exit, started by a shell: its "outside the stamps" is the interpreters' own, so a build's
-excess over it is the launcher's own share. Builds and the floor run interleaved round by
-round; medians and minima in ms."""
+excess over it is the launcher's own share. The "bare" row is the least a launcher can
+do for this program: a Python script that starts Horovod's own RendezvousServer with
+Horovod's host assignment, sets horovodrun's environment for each rank and starts them
+(no ssh, no NIC discovery, no checks); its "whole job less its own start" subtracts the
+script's time before its first rank starts (its interpreter and imports), so it is the
+job under a launcher that costs nothing. Builds, the floor and the bare launcher run
+interleaved round by round; medians and minima in ms."""
 
 import argparse
 import os
@@ -54,6 +59,32 @@ print(f"stamps {t0:.6f} {t1:.6f} {t1:.6f} {t1:.6f}", flush=True)
 """
 
 
+# The least launcher: Horovod's own rendezvous server and horovodrun's environment for
+# every rank, started at once. Prints when its first rank starts.
+BARE = r"""
+import os, subprocess, sys, time
+from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+from horovod.runner.http.http_server import RendezvousServer
+np, program = int(sys.argv[1]), sys.argv[2]
+plan = get_host_assignments(parse_hosts(f"localhost:{np}"), np)
+server = RendezvousServer()
+port = server.start()
+server.init(plan)
+common = dict(os.environ, HOROVOD_GLOO_RENDEZVOUS_ADDR="127.0.0.1",
+              HOROVOD_GLOO_RENDEZVOUS_PORT=str(port), HOROVOD_CONTROLLER="gloo",
+              HOROVOD_CPU_OPERATIONS="gloo", HOROVOD_GLOO_IFACE="lo", NCCL_SOCKET_IFNAME="lo")
+print(f"first rank at {time.time():.6f}", flush=True)
+ranks = [subprocess.Popen(["/usr/bin/python3", "-c", program], env=dict(
+    common, HOROVOD_HOSTNAME=s.hostname, HOROVOD_RANK=str(s.rank), HOROVOD_SIZE=str(s.size),
+    HOROVOD_LOCAL_RANK=str(s.local_rank), HOROVOD_LOCAL_SIZE=str(s.local_size),
+    HOROVOD_CROSS_RANK=str(s.cross_rank), HOROVOD_CROSS_SIZE=str(s.cross_size)))
+    for s in plan]
+codes = [r.wait() for r in ranks]
+server.stop()
+sys.exit(max(codes))
+"""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
@@ -69,10 +100,12 @@ def main():
     phases = ("import", "init after the last import", "allreduce + shutdown",
               "outside the stamps", "whole job")
     floor = " ".join(["/usr/bin/python3 -c \"$0\" &"] * a.np) + " wait"
-    runs = [("floor", ["sh", "-c", floor, FLOOR])]
+    runs = [("floor", ["sh", "-c", floor, FLOOR]),
+            ("bare", ["/usr/bin/python3", "-c", BARE, str(a.np), PROGRAM])]
     runs += [(name, [path, "run", "-np", str(a.np), "--quiet", "--", "/usr/bin/python3", "-c",
                      PROGRAM]) for name, path in builds]
     res = {name: {p: [] for p in phases} for name, _ in runs}
+    bare_free = []  # the bare launcher's whole job less its time before the first rank
     for _ in range(a.rounds):
         for name, cmd in runs:
             t0 = time.time()
@@ -93,6 +126,9 @@ def main():
             got["allreduce + shutdown"].append((end - init_end) * 1000)
             got["outside the stamps"].append(((t1 - t0) - (end - first)) * 1000)
             got["whole job"].append((t1 - t0) * 1000)
+            if name == "bare":
+                first_rank = float(re.search(r"first rank at ([\d.]+)", r.stdout).group(1))
+                bare_free.append((t1 - first_rank) * 1000)
     print(f"real Horovod start, {a.np} ranks, {a.rounds} interleaved rounds (ms: median / min)\n")
     print("| phase | " + " | ".join(name for name, _ in runs) + " |")
     print("|---|" + "---|" * len(runs))
@@ -102,8 +138,13 @@ def main():
     out = "outside the stamps"
     floor_out = statistics.median(res["floor"][out])
     floor_job = statistics.median(res["floor"]["whole job"])
+    print(f"| whole job less the bare launcher's own start | | "
+          f"{statistics.median(bare_free):.0f} / {min(bare_free):.0f} |" + " |" * len(builds))
     print()
-    for name, _ in builds:
+    least = statistics.median(bare_free)
+    print(f"a launcher that costs nothing (the bare one less its own start): "
+          f"{least / floor_job:.3f}x the floor's whole job")
+    for name, _ in [("bare", None)] + builds:
         job = statistics.median(res[name]["whole job"])
         print(f"{name}: whole job {job / floor_job:.3f}x the floor's; the launcher's own share "
               f"(outside the stamps, less the floor's): "
