@@ -333,10 +333,14 @@ void open_channel(worker_ptr self, int fd, uint64_t max_frame) {
             caf::anon_send(hdl, log_atom::value, std::move(f.payload));
           }
           return;
-        default:
+        default: {
+          std::unique_lock g{book->m};
+          book->closed = true; // nothing after it goes on
+          g.unlock();
           caf::anon_send(hdl, chanend_atom::value,
                          fmt::format("sent a {} frame (a rank may send only result and log)",
                                      frame_kind_name(static_cast<uint8_t>(f.kind))));
+        }
         }
       },
       [hdl](const std::string& problem) { caf::anon_send(hdl, chanend_atom::value, problem); });

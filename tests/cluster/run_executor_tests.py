@@ -286,6 +286,8 @@ class ExecutorTest(unittest.TestCase):
 
     def test_a_rank_that_breaks_the_frame_format_is_killed_and_named(self):
         for bad, expected in ((b"\xff" * 24, "unknown frame kind 255"),
+                              (_frames.encode(_frames.START, 0, 0, b""),
+                               "sent a start frame (a rank may send only result and log)"),
                               (bytes([2, 0, 0, 0]) + (1).to_bytes(8, "big") + bytes(8)
                                + (300 << 20).to_bytes(4, "big"),
                                f"result frame of {300 << 20} bytes is over the limit of "
