@@ -103,16 +103,9 @@ void job::on_call(uint64_t id, uint32_t rank, uint32_t deadline, std::string pay
     by_host[s->endpoint].push_back(s->id);
   }
   size_t left = by_host.size();
-  for (auto& [ep, slots] : by_host) {
-    auto hosted = --left > 0 ? payload : std::move(payload);
-    auto& h = hosts_.at(ep);
-    if (h.colocator) {
-      send(h.colocator, call_atom::value, id, deadline, std::move(hosted), std::move(slots));
-      continue;
-    }
-    for (auto slot : slots) // no colocator to fan out (cannot happen for a running slot)
-      send(slot_by_id(slot)->worker, call_atom::value, id, deadline, hosted);
-  }
+  for (auto& [ep, slots] : by_host)
+    send(hosts_.at(ep).colocator, call_atom::value, id, deadline,
+         --left > 0 ? payload : std::move(payload), std::move(slots));
 }
 
 void job::on_result(uint32_t slot, uint64_t id, std::string payload) {

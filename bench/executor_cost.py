@@ -49,25 +49,19 @@ def kind_of(argv, pid):
 
 def ours():
     """This process and its descendants (the driver, the agents, the ranks)."""
-    parent = {}
+    children = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
-            parent[int(pid)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(pid))
         except (OSError, ValueError, IndexError):
-            continue
-    mine = set()
-    for pid in parent:
-        p = pid
-        while p > 1 and p not in mine:
-            if p == os.getpid():
-                mine.add(pid)
-                break
-            p = parent.get(p, 0)
-        else:
-            if p in mine:
-                mine.add(pid)
+            continue  # a process that ended while it was read
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        mine.add(pid)
+        todo += children.get(pid, [])
     return mine
 
 

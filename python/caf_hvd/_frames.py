@@ -34,17 +34,13 @@ class Reader:
         self.max_payload = max_payload
         self.buf = bytearray()
 
-    def _fill(self):
-        chunk = self.sock.recv(self.CHUNK)
-        if chunk:
-            self.buf += chunk
-        return len(chunk)
-
     def read(self):
         """One frame as (kind, id, rank, deadline_ms, payload), or None at a clean end of
         stream. Raises FrameError for a cut-off or malformed frame."""
         while len(self.buf) < HEADER.size:
-            if not self._fill():
+            chunk = self.sock.recv(self.CHUNK)
+            self.buf += chunk
+            if not chunk:
                 if not self.buf:
                     return None
                 raise FrameError(f"the stream ended inside a frame header ({len(self.buf)} of "

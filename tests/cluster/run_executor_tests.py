@@ -6,8 +6,10 @@ shutdowns and exits are checked for processes left behind. Run by `meson test`."
 import concurrent.futures
 import hashlib
 import os
+import random
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -77,8 +79,6 @@ class FrameReaderTest(unittest.TestCase):
     break is named."""
 
     def test_frames_come_out_whole_and_in_order_however_the_stream_is_cut(self):
-        import random
-        import socket
         rng = random.Random(7)
         sizes = [0, 1, 23, 24, 25, 500, 65535, 65536, 65537, 300_000, 3 << 20]
         frames = [(rng.choice([_frames.CALL, _frames.RESULT, _frames.LOG]), i, i % 5, i % 3,
@@ -108,7 +108,6 @@ class FrameReaderTest(unittest.TestCase):
             self.assertEqual(have, want)
 
     def test_a_broken_stream_is_named(self):
-        import socket
         cases = [
             (_frames.encode(_frames.RESULT, 3, 0, b"p" * 500)[:100],
              "the stream ended inside a result frame (76 of 500 payload bytes)"),
@@ -440,7 +439,6 @@ class ExecutorTest(unittest.TestCase):
 
 
 def free_port():
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
