@@ -167,9 +167,12 @@ class EventTest(unittest.TestCase):
         self.c.node("eb")
         spec = f"{self.c.spec('ea', 1)},{self.c.spec('eb', 1)}"
         env = dict(os.environ, CAF_HVD_EVENTS=self.log)
+        # rank 1 fails a second after its start, once every host has answered its launch
+        # and the run phase has begun (at once, its exit report could overtake the other
+        # host's launch answer and the job would fail inside the launch phase)
         rc, out, err = self.c.run(["driver", "-np", "2", "-H", spec, "--kill-grace-seconds", "1",
-                                   "sh", "-c", 'if [ "$HOROVOD_RANK" = 1 ]; then exit 4; fi; '
-                                   'exec sleep 30'], env=env)
+                                   "sh", "-c", 'if [ "$HOROVOD_RANK" = 1 ]; then sleep 1; exit 4; '
+                                   'fi; exec sleep 30'], env=env)
         self.assertEqual(rc, 4, err)
         ev = read_events(self.log)
         names = self.names(ev)
