@@ -22,13 +22,13 @@
 //   one failed handshake left an error behind and the next SSL_get_error on the same
 //   thread, for a healthy connection, reported it: garbage sent to a node's port could
 //   cut the driver off.
-#include <algorithm>
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdio>
 #include <dlfcn.h>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 #include <netinet/in.h>
@@ -183,14 +183,16 @@ void note_client_failure(SSL* ssl, int rc) {
 // every write event calls SSL_accept/SSL_connect again, which wants to read: the
 // multiplexer spins for whole round trips (measured: 50-2,000 calls and 5-10 ms of CPU
 // per handshake, and on a shared machine those spins starve the very peers they wait
-// for). Instead the call waits until one of this thread's handshakes has bytes to read,
-// which ends the wait the moment they arrive. A thread's waits are capped at 0.9 ms per
-// 1 ms window, so its other connections (and handshakes that never come) are delayed by
-// at most about a millisecond.
+// for). Instead the thread waits, once per round of its multiplexer loop, until one of
+// its handshakes has bytes to read, for at most 0.2 ms. A round is recognised by a
+// handshake being called a second time since the last wait. One wait per round, not
+// per call: with hundreds of connections that never send a byte (a flood) the loop
+// still goes round every few milliseconds and keeps accepting; a wait per call slept
+// through most of each round and took in 30 connections a second, so a driver's
+// connection queued behind 600 of them missed its handshake deadline for 20 s and more.
 struct handshake_waits {
   std::map<SSL*, int> fds; // this thread's handshakes that want to read
-  std::chrono::steady_clock::time_point window_start;
-  std::chrono::steady_clock::duration waited{};
+  std::set<SSL*> called;   // those called since the thread last waited
 };
 
 handshake_waits& waits() {
@@ -199,36 +201,33 @@ handshake_waits& waits() {
 }
 
 void handshake_settled(SSL* ssl) {
-  waits().fds.erase(ssl);
+  auto& w = waits();
+  w.fds.erase(ssl);
+  w.called.erase(ssl);
 }
 
 void await_handshake_data(SSL* ssl) {
-  using clock = std::chrono::steady_clock;
-  constexpr auto window = std::chrono::microseconds(1000);
-  constexpr auto budget = std::chrono::microseconds(900);
   constexpr auto longest = std::chrono::microseconds(200);
+  constexpr size_t most = 1024; // beyond this, a poll costs more than the spin it saves
   auto& w = waits();
   w.fds[ssl] = SSL_get_fd(ssl);
-  auto now = clock::now();
-  if (now - w.window_start > window) {
-    w.window_start = now;
-    w.waited = {};
-  }
-  if (w.waited >= budget || w.fds.size() > 256)
+  if (w.called.insert(ssl).second)
+    return; // the round goes on
+  w.called.clear();
+  w.called.insert(ssl);
+  if (w.fds.size() > most)
     return;
   std::vector<pollfd> ps;
   ps.reserve(w.fds.size());
   for (auto& [s, fd] : w.fds)
     ps.push_back({fd, POLLIN, 0});
-  auto wait = std::min<clock::duration>(longest, budget - w.waited);
-  timespec ts{0, std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count()};
+  timespec ts{0, std::chrono::duration_cast<std::chrono::nanoseconds>(longest).count()};
   ::ppoll(ps.data(), ps.size(), &ts, nullptr);
-  w.waited += clock::now() - now;
   // A connection CAF closed without finishing its handshake leaves a closed descriptor.
-  for (auto it = w.fds.begin(); it != w.fds.end();) {
-    auto p = std::find_if(ps.begin(), ps.end(), [&](auto& x) { return x.fd == it->second; });
-    it = p != ps.end() && (p->revents & POLLNVAL) ? w.fds.erase(it) : std::next(it);
-  }
+  // (ps is in the map's order)
+  auto p = ps.begin();
+  for (auto it = w.fds.begin(); it != w.fds.end(); ++p)
+    it = p->revents & POLLNVAL ? w.fds.erase(it) : std::next(it);
 }
 
 template <class Fn> Fn real_fn(const char* name) {
