@@ -144,6 +144,8 @@ struct eslot {
   int exit_code = -1;
   bool launched = false;            // its process was started
   bool launching = false;           // its launch was asked for
+  bool launch_pending = false;      // ... and its host has not answered yet
+  std::optional<rank_exit> early_exit; // an exit report that overtook that answer
   clock_type::time_point started{}; // when its process was asked for
   // executor mode
   std::deque<uint64_t> calls;  // sent to it and not answered yet
@@ -251,6 +253,7 @@ private:
   std::optional<std::vector<std::string>> rank_environment(eslot& s);
   void launch_slots(const std::string& ep, const std::vector<uint32_t>& ids);
   void slot_launched(uint32_t id, int32_t pid);
+  void launch_answered(const std::vector<uint32_t>& ids);
   void retire_slot(const std::string& key);
   void on_exit(const rank_exit& ex);
   void failed_fast(eslot& s, const std::string& why, const std::string& how, int code);

@@ -221,6 +221,7 @@ void job::launch_slots(const std::string& ep, const std::vector<uint32_t>& ids) 
     batch.slots.push_back(id);
     envs.push_back(std::move(*env));
     s->launching = true;
+    s->launch_pending = true;
     if (elastic_)
       s->joined = gen_.number; // it starts in the released plan: it takes the state
     if (executor() && !boot_.empty())
@@ -257,10 +258,28 @@ void job::launch_slots(const std::string& ep, const std::vector<uint32_t>& ids) 
               if (i < pids.size() && pids[i] > 0)
                 slot_launched(launched[i], pids[i]);
             // pid 0: the process could not start; its worker reports how it ended
+            launch_answered(launched);
           },
           [this, launched](caf::error& e) {
+            launch_answered(launched);
             fail_running(launched, fmt::format("launch failed: {}", describe(e)));
           });
+}
+
+// A rank's exit report comes from its worker, its launch reply through its colocator
+// (once every rank of the batch has started): a process that ends at once may be
+// reported before it is known to have started. Such a report waits here for the reply,
+// so a rank starts before it ends, in the job's log, its events and its phases.
+void job::launch_answered(const std::vector<uint32_t>& ids) {
+  std::vector<rank_exit> early;
+  for (auto id : ids)
+    if (auto* s = slot_by_id(id)) {
+      s->launch_pending = false;
+      if (s->early_exit)
+        early.push_back(*std::exchange(s->early_exit, std::nullopt));
+    }
+  for (auto& ex : early)
+    on_exit(ex);
 }
 
 void job::slot_launched(uint32_t id, int32_t pid) {
@@ -305,6 +324,10 @@ void job::on_exit(const rank_exit& ex) {
   auto* s = slot_by_id(ex.rank);
   if (!s || !s->running)
     return;
+  if (s->launch_pending) {
+    s->early_exit = ex; // launch_answered plays it
+    return;
+  }
   s->running = false;
   exit_status st{ex.code, ex.signal, ex.exec_error};
   auto how = describe_exit(st, ex.stopped_by);

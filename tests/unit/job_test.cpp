@@ -12,6 +12,7 @@
 
 #include <caf/scheduler/test_coordinator.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <poll.h>
@@ -47,6 +48,8 @@ struct node_log {
   std::map<uint32_t, std::string> worker_host;       // slot id -> its colocator's node
   std::map<std::string, std::string> report_as;      // node -> the host its workers report
   bool silent_workers = false;                       // workers never report their host
+  std::map<uint32_t, int32_t> exit_at_launch; // slot id -> the code its process ends with
+                                              // at once (reported before the launch reply)
 };
 node_log* the_log = nullptr;
 
@@ -155,6 +158,10 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_ac
       [=](launch_atom, launch_spec& spec) -> int32_t {
         the_log->envs[id] = spec.env;
         the_log->specs[id] = spec;
+        if (auto it = the_log->exit_at_launch.find(id); it != the_log->exit_at_launch.end()) {
+          self->send(driver, exited_atom::value, rank_exit{id, "fake", it->second, 0, {}, {}});
+          the_log->workers.erase(id);
+        }
         return static_cast<int32_t>(1000 + id);
       },
       [=](terminate_atom, int32_t sig) {
@@ -357,6 +364,28 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(log.signals[slot_of_rank(0)] == std::vector<int32_t>{SIGTERM});
   CHECK(job_ended());
   CHECK(result->exit_code == 3); // not the SIGTERMed ranks' 143
+}
+
+TEST_CASE_FIXTURE(fixture, "static job: an exit reported before its launch reply is taken "
+                           "after it: the rank starts, the run phase begins, then it ends") {
+  events_path = fmt::format("/tmp/caf-hvd-job-test-{}.jsonl", ::getpid());
+  // slot ids are given in plan order from 0; rank 1's process ends with code 6 at once
+  log.exit_at_launch[1] = 6;
+  start(2, std::chrono::milliseconds(5000), [&](job_config& c) { c.events_file = events_path; });
+  CHECK(job_ended());
+  CHECK(result->exit_code == 6);
+  std::vector<std::string> seen;
+  for (auto& e : events()) {
+    auto name = e["name"].get<std::string>();
+    if (name == "rank.started" || name == "rank.ended")
+      seen.push_back(fmt::format("{} {}", name, e["context"]["rank"].get<int>()));
+    else if (name == "phase.begin")
+      seen.push_back("phase " + e["context"]["phase"].get<std::string>());
+  }
+  INFO(fmt::format("{}", fmt::join(seen, ", ")));
+  CHECK(seen == std::vector<std::string>{"phase connect", "phase nic", "phase launch",
+                                         "rank.started 0", "rank.started 1", "phase run",
+                                         "rank.ended 1", "phase teardown", "rank.ended 0"});
 }
 
 TEST_CASE_FIXTURE(fixture, "static teardown escalates to SIGKILL for ranks that trap SIGTERM") {
