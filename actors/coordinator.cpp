@@ -29,7 +29,10 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 // deadline_atom kinds (low 4 bits; the rest is a serial number)
-enum : uint64_t { dl_barrier = 1, dl_reports = 2 };
+enum : uint64_t { dl_barrier = 1, dl_reports = 2, dl_notify = 3 };
+
+// How often a generation's notice is sent again while rank 0 has not acted on it.
+constexpr std::chrono::milliseconds notify_resend{1000};
 
 class coordinator : public coordinator_full_actor::base {
 public:
@@ -66,8 +69,12 @@ public:
           registrations_.erase(key); // its notification service ended with it
         },
         [this](notify_atom, uint64_t g, uint8_t change) {
-          notify_pending_ = g;
+          if (g != gen_.number)
+            return;
+          notice_gen_ = g;
           notify_change_ = change;
+          notify_ts_ = 0; // a new notice: a new timestamp
+          notify_told_ = notify_warned_ = false;
           send_notification();
         },
         [this](stop_atom) {
@@ -82,7 +89,18 @@ public:
           on_register(host, lr, body);
         },
         [this](notified_atom, uint64_t g, std::string& key, std::string& problem) {
-          send(job_, notified_atom::value, g, key, problem);
+          notify_in_flight_ = false;
+          if (g == notice_gen_ && (problem.empty() ? !std::exchange(notify_told_, true)
+                                                   : !std::exchange(notify_warned_, true)))
+            send(job_, notified_atom::value, g, key, problem);
+          if (!notice_wanted())
+            return;
+          if (g != notice_gen_)
+            return send_notification(); // a newer notice waited for this one
+          // Delivered is not acted on: a notice that reaches rank 0 inside reset() is
+          // dropped with its queue (Horovod's State.on_reset). Sent again with the same
+          // timestamp, it is ignored once seen (check_host_updates keeps newer ones).
+          delayed_send(this, notify_resend, deadline_atom::value, dl_notify | (g << 4));
         },
         [this](deadline_atom, uint64_t which) { on_deadline(which); },
     };
@@ -354,6 +372,11 @@ private:
     auto serial = which >> 4;
     if (kind == dl_reports)
       return check_reports(serial, true);
+    if (kind == dl_notify) {
+      if (serial == notice_gen_ && notice_wanted())
+        send_notification();
+      return;
+    }
     if (kind != dl_barrier || serial != gen_.number)
       return;
     barrier_check_.reset();
@@ -391,7 +414,7 @@ private:
     log("{} registered its notification service at {}", key, where);
     event("notify.registered", {{"slot", key}, {"addresses", where}});
     registrations_[key] = std::move(*reg.value);
-    if (notify_pending_ == gen_.number && !gen_.released && key == released_rank0())
+    if (key == released_rank0())
       send_notification();
   }
 
@@ -403,10 +426,21 @@ private:
     return {};
   }
 
+  // Whether rank 0 of the released plan still has to act on the forming generation's
+  // notice: it has not voted in it (its vote says it re-joins), and no release came.
+  bool notice_wanted() const {
+    auto key = released_rank0();
+    return !closed_ && !gen_.released && notice_gen_ == gen_.number && !key.empty()
+           && !gen_.votes.count(key);
+  }
+
+  // Rank 0 of the released plan is told even when its own host leaves the plan: its
+  // process runs until it re-joins (and is answered -1), and only its notice makes the
+  // others re-join at a commit instead of losing their steps to its end.
   void send_notification() {
     auto key = released_rank0();
-    if (key.empty() || left_.count(key))
-      return; // rank 0 is gone: its peers see that for themselves
+    if (!notice_wanted() || notify_in_flight_)
+      return;
     auto it = registrations_.find(key);
     if (it == registrations_.end()) {
       // Sent when it registers (a Horovod worker does so in hvd.elastic.run).
@@ -415,14 +449,18 @@ private:
           key, gen_.number);
       return;
     }
-    notify_pending_ = 0;
-    // Horovod's workers keep only updates newer than the last one (whole seconds).
-    auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
-    last_notify_ts_ = std::max<int64_t>(now, last_notify_ts_ + 1);
+    // Horovod's workers keep only updates newer than the last one (whole seconds); a
+    // notice sent again keeps its timestamp.
+    if (notify_ts_ == 0) {
+      auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+      last_notify_ts_ = std::max<int64_t>(now, last_notify_ts_ + 1);
+      notify_ts_ = last_notify_ts_;
+    }
+    notify_in_flight_ = true;
     auto hdl = caf::actor_cast<coordinator_full_actor>(this);
-    std::thread{[hdl, reg = it->second, ts = last_notify_ts_,
+    std::thread{[hdl, reg = it->second, ts = notify_ts_,
                  res = static_cast<unsigned>(notify_change_), g = gen_.number, key] {
       auto r = notify_hosts_updated(reg, ts, res, std::chrono::milliseconds(3000));
       caf::anon_send(hdl, notified_atom::value, g, key, r.ok ? std::string{} : to_string(r));
@@ -447,9 +485,13 @@ private:
   bool closed_ = false;
 
   std::map<std::string, worker_registration> registrations_;
-  uint64_t notify_pending_ = 0; // the generation whose change rank 0 has not been told
+  uint64_t notice_gen_ = 0; // the generation whose notice rank 0 is to act on
   uint8_t notify_change_ = 0;
   int64_t last_notify_ts_ = 0;
+  int64_t notify_ts_ = 0;         // the pending notice's timestamp (0: not sent yet)
+  bool notify_in_flight_ = false; // a send has not returned yet
+  bool notify_told_ = false;      // the job heard of a delivery of this notice
+  bool notify_warned_ = false;    // ... of a failed one
 };
 
 } // namespace

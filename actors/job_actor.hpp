@@ -145,6 +145,7 @@ struct eslot {
   bool launched = false;            // its process was started
   bool launching = false;           // its launch was asked for
   bool launch_pending = false;      // ... and its host has not answered yet
+  bool stop_at_release = false;     // left the plan holding state: stopped once the plan runs
   std::optional<rank_exit> early_exit; // an exit report that overtook that answer
   clock_type::time_point started{}; // when its process was asked for
   // executor mode
@@ -329,7 +330,9 @@ private:
   uint64_t assign_serial_ = 0; // the newest assignment asked of the coordinator
   uint64_t released_gen_ = 0;  // the last released one: its ranks hold the job's state
   std::vector<slot_info> released_plan_;
+  std::vector<host_slots> released_hosts_; // its hosts and slots: what the running ranks know
   std::vector<host_slots> plan_hosts_;
+  uint64_t resets_ = 0; // generations released after the first (Horovod's reset count)
   bool rejoin_wanted_ = false; // a rank that joined asks for the next generation
   bool rejoin_due_ = false;    // ... and no failure explained it in time
   std::string reset_reason_;

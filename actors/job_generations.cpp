@@ -84,11 +84,13 @@ void job::plan_ready(std::vector<slot_info> plan, const std::vector<host_slots>&
   waiting_slots_ = false;
   if (gen_.number > 0 && plan == gen_.plan && !rejoin_due_)
     return; // e.g. hosts beyond --max-np appeared: no reset
-  if (gen_.number > 0 && ec_.reset_limit && static_cast<int>(gen_.number - 1) >= *ec_.reset_limit)
+  // Horovod counts resets done (barriers completed), not plans formed: a plan replaced
+  // before its release, or one that only re-joins, costs the job nothing.
+  if (gen_.number > 0 && ec_.reset_limit && resets_ >= static_cast<uint64_t>(*ec_.reset_limit))
     return fail(
         fmt::format("the job has been reset {} times, which reaches the reset limit "
                     "(--reset-limit {}); stopping{}",
-                    gen_.number - 1, *ec_.reset_limit,
+                    resets_, *ec_.reset_limit,
                     first_failure_ ? " (last failure: " + *last_failure_ + ")" : std::string{}));
   begin_generation(std::move(plan), hs);
 }
@@ -268,8 +270,18 @@ void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_s
     find_master_port();
   if (!elastic_ || gen_.released)
     return;
-  if (reason.empty())
-    send(coord_, notify_atom::value, gen_.number, static_cast<uint8_t>(change));
+  if (!reason.empty())
+    return;
+  // The running ranks compare the notice with what they were released with: combined
+  // against that plan (a "removed" notice lets them skip state.sync(), which a plan with
+  // fresh slots must not: the newcomers wait in it for the state).
+  auto notice = static_cast<unsigned>(compare_hosts(released_hosts_, plan_hosts_));
+  if (!gen_.fresh.empty())
+    notice |= static_cast<unsigned>(host_change::added);
+  events_.emit("notify.change",
+               {{"generation", gen_.number},
+                {"change", to_string(static_cast<host_change>(notice))}});
+  send(coord_, notify_atom::value, gen_.number, static_cast<uint8_t>(notice));
 }
 
 // A slot that joined the released generation asks for the next one: a failure's report
@@ -360,8 +372,18 @@ void job::release_generation() {
   for (auto& [key, row] : gen_.rows)
     if (auto* s = current(key); s && s->launching && !gen_.fresh.count(key))
       s->joined = gen_.number;
+  if (released_gen_ > 0)
+    ++resets_;
   released_gen_ = gen_.number;
   released_plan_ = gen_.plan;
+  released_hosts_ = plan_hosts_;
+  // Slots that left the plan holding state acted on the notice with the others (their
+  // vote was answered -1): they get the grace period to end by themselves.
+  for (auto& [id, s] : slots_)
+    if (s.stop_at_release && s.running && s.retired) {
+      s.stop_at_release = false;
+      delayed_send(this, job_.kill_grace, retire_atom::value, s.id, int32_t{SIGTERM});
+    }
   events_.emit("generation.released", {{"generation", gen_.number}});
   if (elastic_)
     log("generation {} released: {} ranks, {} of them fresh", gen_.number, gen_.plan.size(),

@@ -316,8 +316,22 @@ void job::retire_slot(const std::string& key) {
   if (!s || s->retired || drop_if_unlaunched(*s))
     return;
   s->retired = true;
-  if (s->running)
-    delayed_send(this, job_.kill_grace, retire_atom::value, s->id, int32_t{SIGTERM});
+  if (!s->running)
+    return;
+  // A process that holds the job's state (it runs in the released plan) leaves as
+  // Horovod's do: told through rank 0's notice, it re-joins at its next commit with the
+  // others and is answered -1. Stopped a grace period after the new plan's release, or
+  // at the elastic timeout when no release comes, never in the middle of its step.
+  // (A rank of a blacklisted or lost host is stopped after the grace period as before.)
+  auto& h = hosts_.at(s->endpoint);
+  if (elastic_ && !gen_.released && released_gen_ > 0 && s->joined == released_gen_
+      && !h.blacklisted && h.st == ehost::status::ready) {
+    s->stop_at_release = true;
+    delayed_send(this, ec_.elastic_timeout + job_.kill_grace, retire_atom::value, s->id,
+                 int32_t{SIGTERM});
+    return;
+  }
+  delayed_send(this, job_.kill_grace, retire_atom::value, s->id, int32_t{SIGTERM});
 }
 
 void job::on_exit(const rank_exit& ex) {

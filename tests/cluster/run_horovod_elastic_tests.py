@@ -339,6 +339,64 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         self.assertIn("processes    1 (1 x exit 0); 2 generations", err)
         self.assertIsNone(self.ours(HOROVOD_HOSTNAME="hb"))
 
+    def wait_for_event(self, name, timeout, **context):
+        """Waits until the job's event log has `name` with `context` among its fields."""
+        def seen():
+            try:
+                events = read_events(self.events)
+            except (OSError, ValueError):
+                return False
+            return any(e["name"] == name and all(e["context"].get(k) == v
+                                                  for k, v in context.items())
+                       for e in events)
+        wait_until(seen, timeout, f"event {name} {context}")
+
+    def test_notice_that_reaches_rank_0_inside_reset_is_sent_again(self):
+        """Horovod's run_fn (horovod/common/elastic.py) calls state.on_reset() after
+        reset(), and on_reset replaces the notification queue (`self._host_messages =
+        queue.Queue()`): a HostsUpdatedRequest that reaches rank 0 while it is inside
+        reset() -- here waiting in hvd.init() for a newcomer with a slow start -- is
+        acknowledged and dropped. hd is added right when generation 2 (hc added) is
+        released; sent once, its notice is lost, the ranks never re-join, and at
+        --elastic-timeout healthy hosts are blacklisted. Sent again until rank 0 acts on
+        it, the job grows to 4 without blaming anyone."""
+        steps = 100
+        self.train_until_commit(steps, ("ha", "hb"), "--elastic-timeout", "40",
+                                agents=("ha", "hb", "hc", "hd"), commit=10,
+                                env={"TRAIN_START_DELAY": "hc:6"})
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        self.wait_for_event("generation.released", 60, generation=2)
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1), ("hd", 1))
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 4, rc_got=rc)
+        self.assertEqual(sizes[-1], 4, text[-3000:])
+        self.assertNotIn("blacklisted", err)
+        self.assertNotIn("did not join", err)
+
+    def test_rank_0_host_removed_loses_no_step(self):
+        """Removing rank 0's host: Horovod notifies the current rank 0
+        (horovod/runner/elastic/driver.py _notify_workers_host_changes, the coordinator's
+        slot), every rank raises HostsUpdatedInterrupt at the same commit, after save()
+        (State.commit), and the removed host's rank is answered -1 in rank_and_size. So no
+        step is ever done twice: rank 0's step lines rise strictly from first to last.
+        (caf-hvd sent no notice, and stopped rank 0 mid-step after the kill grace; the
+        others rolled back to their last commit and repeated the steps since.)"""
+        steps = 60
+        self.train_until_commit(steps, ("ha", "hb", "hc"), commit=10,
+                                env={"TRAIN_COMMIT": "10"})
+        self.set_hosts(("hb", 1), ("hc", 1))
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 2, rc_got=rc)
+        self.assertEqual(sizes, [3, 2], text[-3000:])
+        self.assertIn("generation 2: 2 ranks on hb:1,hc:1 (removed ha)", err)
+        self.assertNotIn("blacklisted", err)
+        stepped = [e[1] for e in events if e[0] == "step"]
+        repeated = [b for a, b in zip(stepped, stepped[1:]) if b <= a]
+        self.assertFalse(repeated, f"steps done again after the removal: {repeated}\n"
+                                   f"{text[-3000:]}\n{err[-2000:]}")
+        resumed = [e for e in events if e[0] == "resume"]
+        self.assertEqual(resumed[-1][3], "hb", resumed)
+
     def test_registration_key_never_logged(self):
         """The worker's key (it prints it, for this test) reaches neither the driver's own
         messages nor the event log, in any spelling; the registration itself is logged."""

@@ -232,7 +232,8 @@ struct fixture {
   // An elastic job whose discovery results and votes the test sends (no script, no
   // rendezvous client): its events are read back from the event log.
   std::string events_path;
-  void start_elastic(std::vector<std::string> names, std::chrono::milliseconds grace) {
+  void start_elastic(std::vector<std::string> names, std::chrono::milliseconds grace,
+                     std::function<void(job_config&)> tweak = {}) {
     log.names = std::move(names);
     events_path = fmt::format("/tmp/caf-hvd-job-test-{}.jsonl", ::getpid());
     job_config c;
@@ -244,6 +245,8 @@ struct fixture {
     c.events_file = events_path;
     c.elastic = elastic_config{};
     c.elastic->min_np = 1;
+    if (tweak)
+      tweak(c);
     job = spawn_driver(sys, c, result);
     sched.run();
   }
@@ -531,6 +534,83 @@ TEST_CASE_FIXTURE(fixture, "elastic: a slot that leaves and traps SIGTERM gets S
   sched.run();
   CHECK(log.signals[leaving] == std::vector<int32_t>{SIGTERM, SIGKILL});
   log.ignore_sigterm = false;
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: --reset-limit counts resets done, not plans formed") {
+  // Horovod counts completed barriers: ElasticDriver's reset_count grows in
+  // horovod/runner/elastic/registration.py (_action: `self._reset_count += 1` before
+  // `self._driver.resume()`), and a plan that never ran is no reset.
+  start_elastic({"a", "b", "c", "d"}, std::chrono::milliseconds(1000),
+                [](job_config& c) { c.elastic->reset_limit = 1; });
+  discover("a:1:1\n");
+  discover("a:1:1\nb:2:1\n");        // plan 2 forms
+  discover("a:1:1\nb:2:1\nc:3:1\n"); // plan 3 replaces it before its release
+  vote("a", 0);                       // the first reset is done
+  CHECK(names_of("generation.released")
+        == std::vector<std::string>{"generation.released:1", "generation.released:3"});
+  CHECK_FALSE(job_ended());
+  discover("a:1:1\nb:2:1\nc:3:1\nd:4:1\n"); // a second reset: over the limit
+  CHECK(job_ended());
+  CHECK(result->exit_code == 1);
+  auto ev = events();
+  CHECK(ev.back()["context"]["cause"].get<std::string>().find(
+            "the job has been reset 1 times, which reaches the reset limit (--reset-limit 1)")
+        != std::string::npos);
+}
+
+namespace {
+// The change each generation's notice tells rank 0 (notify.change events).
+std::map<int, std::string> notices(const std::vector<nlohmann::json>& ev) {
+  std::map<int, std::string> out;
+  for (auto& e : ev)
+    if (e["name"] == "notify.change")
+      out[e["context"]["generation"].get<int>()] = e["context"]["change"].get<std::string>();
+  return out;
+}
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "elastic: a notice describes the change against the plan the ranks "
+                           "run, and never says 'removed' alone while fresh slots wait") {
+  // Horovod raises HostsUpdatedInterrupt(skip_sync = all_update == removed)
+  // (horovod/common/elastic.py, State.check_host_updates), and run_fn then skips
+  // state.sync() on every carried rank while a fresh rank broadcasts in it: a notice of
+  // "removed" for a plan with fresh slots hangs the job.
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  discover("a:1:1\nb:2:1\nc:3:1\n"); // plan 2: c added
+  discover("a:1:1\nc:3:1\n");         // plan 3: against plan 2 only b left
+  auto n = notices(events());
+  CHECK(n[2] == "added");
+  CHECK(n[3] == "mixed"); // against generation 1 (a, b): b removed, c added
+  vote("a", 0);
+  CHECK(names_of("generation.released").size() == 2);
+  discover("a:1:1\n"); // plan 4: c leaves; a alone, nothing fresh
+  CHECK(notices(events())[4] == "removed");
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a host removed from discovery keeps its rank until the "
+                           "others re-joined; it is stopped after the release, not mid-step") {
+  // Horovod retires a removed host's workers through rank_and_size (-1) after they
+  // re-joined at a commit (horovod/runner/elastic/driver.py get_slot_info; the notice is
+  // rank 0's, registration.py/_notify_workers_host_changes), so nothing since the last
+  // commit is lost, even for rank 0's own host.
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\nc:3:1\n");
+  auto a0 = slot_on("a", 0);
+  discover("b:2:1\nc:3:1\n"); // rank 0's host leaves
+  CHECK(notices(events())[2] == "removed");
+  sched.advance_time(std::chrono::milliseconds(5000)); // far past the kill grace
+  sched.run();
+  CHECK(log.signals[a0].empty()); // still at work until it re-joins
+  vote("b", 0);
+  vote("c", 0);
+  CHECK(names_of("generation.released").size() == 2);
+  CHECK(log.signals[a0].empty());
+  sched.advance_time(std::chrono::milliseconds(1100)); // the grace after the release
+  sched.run();
+  CHECK(log.signals[a0] == std::vector<int32_t>{SIGTERM});
   interrupt();
 }
 

@@ -11,7 +11,9 @@ lines the tests read:
 Options (environment, so a launcher command stays plain): TRAIN_STEPS (60), TRAIN_COMMIT
 (5), TRAIN_STEP_MS (200), TRAIN_NO_NOTIFY=1 (stop this process's notification service
 right after it registered: the launcher cannot reach it), TRAIN_PRINT_KEY=1 (print the
-service's secret key as `key: HEX`, so a test can look for it where it must not be)."""
+service's secret key as `key: HEX`, so a test can look for it where it must not be),
+TRAIN_START_DELAY=HOST:SECONDS (a process started on HOST sleeps that long before
+hvd.init(): a newcomer with a slow import)."""
 
 import os
 import time
@@ -26,6 +28,9 @@ COMMIT = int(os.environ.get("TRAIN_COMMIT", "5"))
 STEP_S = int(os.environ.get("TRAIN_STEP_MS", "200")) / 1000.0
 HOST = os.environ.get("HOROVOD_HOSTNAME", "?")
 
+delay_host, _, delay = os.environ.get("TRAIN_START_DELAY", "").partition(":")
+if delay_host == HOST:
+    time.sleep(float(delay))
 hvd.init()
 torch.manual_seed(1234)
 model = torch.nn.Linear(8, 1)
