@@ -382,8 +382,9 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         (caf-hvd sent no notice, and stopped rank 0 mid-step after the kill grace; the
         others rolled back to their last commit and repeated the steps since.)"""
         steps = 60
-        self.train_until_commit(steps, ("ha", "hb", "hc"), commit=10,
-                                env={"TRAIN_COMMIT": "10"})
+        # commits 3 s apart: the kill grace (2 s here) ends between two of them
+        self.train_until_commit(steps, ("ha", "hb", "hc"), commit=15,
+                                env={"TRAIN_COMMIT": "15"})
         self.set_hosts(("hb", 1), ("hc", 1))
         rc, text, err = self.finish()
         events, sizes = self.check(text, err, steps, 2, rc_got=rc)
