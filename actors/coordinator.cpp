@@ -90,8 +90,9 @@ public:
         },
         [this](notified_atom, uint64_t g, std::string& key, std::string& problem) {
           notify_in_flight_ = false;
-          if (g == notice_gen_ && (problem.empty() ? !std::exchange(notify_told_, true)
-                                                   : !std::exchange(notify_warned_, true)))
+          if (g == notice_gen_
+              && (problem.empty() ? !std::exchange(notify_told_, true)
+                                  : !std::exchange(notify_warned_, true)))
             send(job_, notified_atom::value, g, key, problem);
           if (!notice_wanted())
             return;

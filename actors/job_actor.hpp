@@ -52,7 +52,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-
 #include "actors/config.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/driver_util.hpp"
@@ -142,12 +141,12 @@ struct eslot {
   uint64_t joined = 0;  // the last generation it was answered for
   int rank = -1;        // in the current plan, or the last one it had
   int exit_code = -1;
-  bool launched = false;            // its process was started
-  bool launching = false;           // its launch was asked for
-  bool launch_pending = false;      // ... and its host has not answered yet
-  bool stop_at_release = false;     // left the plan holding state: stopped once the plan runs
+  bool launched = false;               // its process was started
+  bool launching = false;              // its launch was asked for
+  bool launch_pending = false;         // ... and its host has not answered yet
+  bool stop_at_release = false;        // left the plan holding state: stopped once the plan runs
   std::optional<rank_exit> early_exit; // an exit report that overtook that answer
-  clock_type::time_point started{}; // when its process was asked for
+  clock_type::time_point started{};    // when its process was asked for
   // executor mode
   std::deque<uint64_t> calls;  // sent to it and not answered yet
   std::string channel_problem; // how it broke its channel, if it did
@@ -332,7 +331,7 @@ private:
   std::vector<slot_info> released_plan_;
   std::vector<host_slots> released_hosts_; // its hosts and slots: what the running ranks know
   std::vector<host_slots> plan_hosts_;
-  uint64_t resets_ = 0; // generations released after the first (Horovod's reset count)
+  uint64_t resets_ = 0;        // generations released after the first (Horovod's reset count)
   bool rejoin_wanted_ = false; // a rank that joined asks for the next generation
   bool rejoin_due_ = false;    // ... and no failure explained it in time
   std::string reset_reason_;

@@ -278,9 +278,8 @@ void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_s
   auto notice = static_cast<unsigned>(compare_hosts(released_hosts_, plan_hosts_));
   if (!gen_.fresh.empty())
     notice |= static_cast<unsigned>(host_change::added);
-  events_.emit("notify.change",
-               {{"generation", gen_.number},
-                {"change", to_string(static_cast<host_change>(notice))}});
+  events_.emit("notify.change", {{"generation", gen_.number},
+                                 {"change", to_string(static_cast<host_change>(notice))}});
   send(coord_, notify_atom::value, gen_.number, static_cast<uint8_t>(notice));
 }
 

@@ -41,15 +41,15 @@ struct node_log {
   bool answer_node_info = true;   // false: a node agent that never answers
   bool ignore_sigterm = false;    // the ranks trap SIGTERM (only SIGKILL ends them)
   std::vector<std::string> names; // node names for the colocators, in spawn order
-  int32_t gpus = 0;                // devices every fake node has
-  int32_t gpus_taken = 0;          // ... of which other jobs hold the first N
+  int32_t gpus = 0;               // devices every fake node has
+  int32_t gpus_taken = 0;         // ... of which other jobs hold the first N
   std::map<std::string, std::vector<int32_t>> lent; // node -> devices lent to the job
   size_t next_name = 0;
-  std::map<uint32_t, std::string> worker_host;       // slot id -> its colocator's node
-  std::map<std::string, std::string> report_as;      // node -> the host its workers report
-  bool silent_workers = false;                       // workers never report their host
-  std::map<uint32_t, int32_t> exit_at_launch; // slot id -> the code its process ends with
-                                              // at once (reported before the launch reply)
+  std::map<uint32_t, std::string> worker_host;  // slot id -> its colocator's node
+  std::map<std::string, std::string> report_as; // node -> the host its workers report
+  bool silent_workers = false;                  // workers never report their host
+  std::map<uint32_t, int32_t> exit_at_launch;   // slot id -> the code its process ends with
+                                                // at once (reported before the launch reply)
 };
 node_log* the_log = nullptr;
 
@@ -67,10 +67,10 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
         for (int32_t i = 0; i < the_log->gpus; ++i)
           gpus[static_cast<size_t>(i)] = i;
         auto free_gpus = gpus;
-        free_gpus.erase(free_gpus.begin(), free_gpus.begin() + std::min<int32_t>(
-                                                               the_log->gpus_taken, the_log->gpus));
-        return node_info{name, name, 1, 0, {{"lo", "127.0.0.1", 8, true}}, 0, gpus, free_gpus,
-                         "--gpus"};
+        free_gpus.erase(free_gpus.begin(),
+                        free_gpus.begin() + std::min<int32_t>(the_log->gpus_taken, the_log->gpus));
+        return node_info{name, name, 1,         0,       {{"lo", "127.0.0.1", 8, true}},
+                         0,    gpus, free_gpus, "--gpus"};
       },
       [](port_atom) -> int32_t { return 4242; },
       [](probe_atom, std::vector<probe_target>&,
@@ -133,8 +133,9 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
       [](stop_atom, std::string&) {},
-      [](abort_atom, std::vector<uint32_t>&, std::vector<std::string>&,
-         std::vector<std::string>&) { return gloo_abort_report{}; },
+      [](abort_atom, std::vector<uint32_t>&, std::vector<std::string>&, std::vector<std::string>&) {
+        return gloo_abort_report{};
+      },
       [](aborted_atom, uint64_t, gloo_abort_report&) {},
       [=](kill_atom) {
         for (auto& [id, w] : the_log->workers)
@@ -386,9 +387,10 @@ TEST_CASE_FIXTURE(fixture, "static job: an exit reported before its launch reply
       seen.push_back("phase " + e["context"]["phase"].get<std::string>());
   }
   INFO(fmt::format("{}", fmt::join(seen, ", ")));
-  CHECK(seen == std::vector<std::string>{"phase connect", "phase nic", "phase launch",
-                                         "rank.started 0", "rank.started 1", "phase run",
-                                         "rank.ended 1", "phase teardown", "rank.ended 0"});
+  CHECK(seen
+        == std::vector<std::string>{"phase connect", "phase nic", "phase launch", "rank.started 0",
+                                    "rank.started 1", "phase run", "rank.ended 1", "phase teardown",
+                                    "rank.ended 0"});
 }
 
 TEST_CASE_FIXTURE(fixture, "static teardown escalates to SIGKILL for ranks that trap SIGTERM") {
@@ -437,7 +439,7 @@ TEST_CASE_FIXTURE(fixture, "elastic: generation 1 starts released; a later plan 
         == std::vector<std::string>{"generation.begin:1", "generation.released:1"});
   CHECK(env_value(log.envs[slot_on("a", 0)], "HOROVOD_SIZE") == "2");
   discover("a:1:1\nb:2:1\nc:3:1\n"); // c joins: generation 2 forms
-  CHECK(log.envs.size() == 2);        // c's process waits for the release
+  CHECK(log.envs.size() == 2);       // c's process waits for the release
   vote("a", 0);
   discover("a:1:1\nb:2:1\nc:3:1\nd:4:1\n"); // d too, before generation 2 was released
   vote("b", 0);
@@ -477,7 +479,7 @@ TEST_CASE_FIXTURE(fixture, "elastic: fresh slots of a plan that is never release
   start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
   discover("a:1:1\n");
   discover("a:1:1\nb:2:1\n"); // b's slot waits for a release that a's end prevents
-  exit(slot_on("a", 0), 0);    // a's rank finished the training
+  exit(slot_on("a", 0), 0);   // a's rank finished the training
   CHECK(job_ended());
   CHECK(result->exit_code == 0);
   CHECK(log.envs.size() == 1);
@@ -488,9 +490,9 @@ TEST_CASE_FIXTURE(fixture, "elastic: a fresh slot whose host leaves before the r
                            "dropped, and its host is not taken for lost") {
   start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
   discover("a:1:1\n");
-  discover("a:1:1\nb:2:1\n");     // generation 2: b's slot waits for the release
-  discover("a:1:1\nc:3:1\n");     // b leaves before it, c comes: generation 3 is a and c
-  vote("a", 0);                   // (the plan of a alone was superseded before it came)
+  discover("a:1:1\nb:2:1\n"); // generation 2: b's slot waits for the release
+  discover("a:1:1\nc:3:1\n"); // b leaves before it, c comes: generation 3 is a and c
+  vote("a", 0);               // (the plan of a alone was superseded before it came)
   CHECK(names_of("generation.released")
         == std::vector<std::string>{"generation.released:1", "generation.released:3"});
   CHECK(names_of("host.lost").empty());
@@ -546,7 +548,7 @@ TEST_CASE_FIXTURE(fixture, "elastic: --reset-limit counts resets done, not plans
   discover("a:1:1\n");
   discover("a:1:1\nb:2:1\n");        // plan 2 forms
   discover("a:1:1\nb:2:1\nc:3:1\n"); // plan 3 replaces it before its release
-  vote("a", 0);                       // the first reset is done
+  vote("a", 0);                      // the first reset is done
   CHECK(names_of("generation.released")
         == std::vector<std::string>{"generation.released:1", "generation.released:3"});
   CHECK_FALSE(job_ended());
@@ -579,7 +581,7 @@ TEST_CASE_FIXTURE(fixture, "elastic: a notice describes the change against the p
   start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
   discover("a:1:1\nb:2:1\n");
   discover("a:1:1\nb:2:1\nc:3:1\n"); // plan 2: c added
-  discover("a:1:1\nc:3:1\n");         // plan 3: against plan 2 only b left
+  discover("a:1:1\nc:3:1\n");        // plan 3: against plan 2 only b left
   auto n = notices(events());
   CHECK(n[2] == "added");
   CHECK(n[3] == "mixed"); // against generation 1 (a, b): b removed, c added
@@ -773,7 +775,8 @@ TEST_CASE_FIXTURE(owner_fixture, "executor: a rank that dies fails its call with
   CHECK(failed.size() == 2); // rank 0 had answered
   CHECK(failed[1] == "rank 1 on host fake died: signal 9 (Killed)");
   CHECK(failed[2].find("rank 2 on host fake was stopped (signal 15 (Terminated)) because the "
-                       "worker group failed: rank 1 on host fake failed first: signal 9") == 0);
+                       "worker group failed: rank 1 on host fake failed first: signal 9")
+        == 0);
   CHECK(f.id == 137);
   CHECK(f.payload.find("rank 1 on host fake failed first: signal 9 (Killed)") == 0);
   CHECK(job_ended());
@@ -806,7 +809,6 @@ TEST_CASE_FIXTURE(owner_fixture, "executor: a rank that exits 0 before shutdown 
 }
 
 // -- GPUs ------------------------------------------------------------------------------------
-
 
 TEST_CASE_FIXTURE(fixture, "GPU job: the node lends np x gpus_per_slot devices before any "
                            "launch; shared and per-rank visibility") {
