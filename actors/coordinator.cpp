@@ -60,6 +60,8 @@ public:
           return expect(std::move(ids), std::move(host));
         },
         [this](barrier_atom, barrier_spec& spec) { on_barrier(std::move(spec)); },
+        [this](lot_atom, uint64_t g) { return open_lot(g); },
+        [this](parked_atom, uint64_t lot, int32_t rank) { on_parked(lot, rank); },
         [this](release_atom, uint64_t g) {
           if (g == gen_.number && !gen_.released)
             release();
@@ -71,6 +73,7 @@ public:
         [this](notify_atom, uint64_t g, uint8_t change) {
           if (g != gen_.number)
             return;
+          publish_held_update();
           notice_gen_ = g;
           notify_change_ = change;
           notify_ts_ = 0; // a new notice: a new timestamp
@@ -87,6 +90,9 @@ public:
         [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
         [this](register_atom, std::string& host, int32_t lr, std::string& body) {
           on_register(host, lr, body);
+        },
+        [this](reached_atom, uint64_t store_gen, std::string& scope, int32_t rank, bool connected) {
+          on_progress(store_gen, scope, rank, connected);
         },
         [this](notified_atom, uint64_t g, std::string& key, std::string& problem) {
           notify_in_flight_ = false;
@@ -157,6 +163,14 @@ private:
             caf::anon_send(hdl, register_atom::value, host, static_cast<int32_t>(lr), body);
           });
       server_->set_update(0, "generation 0\nchange none\n");
+      server_->on_gloo_progress(
+          [hdl](uint64_t store_gen, const std::string& scope, int rank, bool connected) {
+            caf::anon_send(hdl, reached_atom::value, store_gen, scope, static_cast<int32_t>(rank),
+                           connected);
+          });
+      server_->on_parked([hdl](uint64_t lot, int rank) {
+        caf::anon_send(hdl, parked_atom::value, lot, static_cast<int32_t>(rank));
+      });
     }
     log("rendezvous server on {}:{}", bind, server_->port());
     event("rendezvous", {{"address", bind}, {"port", server_->port()}});
@@ -279,8 +293,27 @@ private:
       else
         answer(key, slot_not_in_job);
     }
-    if (cfg_.elastic && server_)
-      server_->set_update(gen_.number, spec.update);
+    // The lots of plans that will not run close (the job stops their newcomers).
+    for (auto it = lots_.begin(); it != lots_.end();)
+      if (*it != gen_.number && !released_lots_.count(*it)) {
+        if (server_)
+          server_->close_lot(*it);
+        it = lots_.erase(it);
+      } else {
+        ++it;
+      }
+    held_update_.reset();
+    if (cfg_.elastic && server_) {
+      if (spec.hold_update)
+        held_update_ = std::make_pair(gen_.number, spec.update); // told with the notice
+      else
+        server_->set_update(gen_.number, spec.update);
+    }
+    if (spec.resume) { // the running ranks go on: nothing of the servers changes
+      gen_.released = true;
+      released_plan_ = gen_.plan;
+      return;
+    }
     if (spec.release_now)
       return release();
     schedule_barrier_check();
@@ -320,9 +353,43 @@ private:
     send(job_, complete_atom::value, gen_.number);
   }
 
+  // -- warm joins ------------------------------------------------------------------------
+  // A forming generation's newcomers start before its release and wait at its lot: a
+  // port of the rendezvous server whose requests are held, unread by the store, until
+  // the release (runtime/rendezvous_server.hpp).
+
+  uint16_t open_lot(uint64_t g) {
+    if (!server_ || !cfg_.elastic || g != gen_.number || gen_.released)
+      return 0;
+    try {
+      auto port = server_->open_lot(g);
+      lots_.insert(g);
+      log("generation {}: newcomers wait at port {}", g, port);
+      return port;
+    } catch (const std::exception& e) {
+      say("warning: {}; generation {}'s newcomers start at its release", e.what(), g);
+      return 0;
+    }
+  }
+
+  void on_parked(uint64_t lot, int32_t rank) {
+    if (lot != gen_.number || gen_.released || closed_)
+      return;
+    for (auto& row : gen_.plan)
+      if (row.rank == rank)
+        return send(job_, parked_atom::value, lot, slot_key(row.hostname, row.local_rank));
+  }
+
+  void publish_held_update() {
+    if (held_update_ && held_update_->first == gen_.number && server_)
+      server_->set_update(held_update_->first, held_update_->second);
+    held_update_.reset();
+  }
+
   // The plan becomes the servers': the store gets a fresh key space, held votes are
   // answered with their places.
   void release() {
+    publish_held_update();
     gen_.released = true;
     gen_.votes.clear();
     barrier_check_.reset();
@@ -335,6 +402,40 @@ private:
       server_->release(gen_.plan);
     else
       server_->init(gen_.plan);
+    // the store's generations count its plans: its progress reports name one
+    store_plans_[++store_gen_] = {gen_.number, gen_.plan};
+    // its newcomers' held requests are served now, by the new plan's store
+    if (lots_.count(gen_.number)) {
+      released_lots_.insert(gen_.number);
+      server_->release_lot(gen_.number);
+    }
+    while (store_plans_.size() > 4)
+      store_plans_.erase(store_plans_.begin());
+  }
+
+  // A rank of a served plan began (or finished) its Gloo rendezvous: the job hears it
+  // by the slot's key. Reports of a plan replaced long ago are dropped.
+  void on_progress(uint64_t store_gen, const std::string& scope, int32_t rank, bool connected) {
+    auto it = store_plans_.find(store_gen);
+    if (it == store_plans_.end())
+      return;
+    auto& [number, plan] = it->second;
+    bool cross = scope != "global";
+    int lr = -1;
+    if (cross) { // cross_<local_rank>: the rank is the cross rank
+      auto digits = scope.substr(6);
+      if (digits.empty() || digits.size() > 6
+          || !std::all_of(digits.begin(), digits.end(),
+                          [](char c) { return c >= '0' && c <= '9'; }))
+        return;
+      lr = std::stoi(digits);
+    }
+    auto row = std::find_if(plan.begin(), plan.end(), [&](auto& r) {
+      return cross ? r.local_rank == lr && r.cross_rank == rank : r.rank == rank;
+    });
+    if (row != plan.end())
+      send(job_, reached_atom::value, number, slot_key(row->hostname, row->local_rank), cross,
+           connected);
   }
 
   // The slot is not in the job any more: a held vote is answered -1, later ones too
@@ -484,6 +585,10 @@ private:
   std::optional<clock_type::time_point> barrier_check_;
   std::vector<slot_info> released_plan_;
   bool closed_ = false;
+  std::set<uint64_t> lots_, released_lots_; // warm joins: generations' lots, those in use
+  std::optional<std::pair<uint64_t, std::string>> held_update_; // /elastic/update, with the notice
+  uint64_t store_gen_ = 0; // plans given to the rendezvous store, and the last few of them
+  std::map<uint64_t, std::pair<uint64_t, std::vector<slot_info>>> store_plans_;
 
   std::map<std::string, worker_registration> registrations_;
   uint64_t notice_gen_ = 0; // the generation whose notice rank 0 is to act on

@@ -29,6 +29,9 @@ struct elastic_config {
   std::optional<cooldown_range> cooldown;
   std::chrono::milliseconds discovery_interval{1000};
   std::chrono::milliseconds discovery_timeout{30000}; // one run of the script
+  // A new host's ranks start when its plan forms and wait at their first rendezvous
+  // while the others train (false: --cold-joins, at the release, as horovodrun does).
+  bool warm_joins = true;
 };
 
 /// --torch-store: serve torch's TCPStore at MASTER_PORT, as torchrun's agent does
@@ -51,9 +54,9 @@ struct job_config {
   std::string output_dir;                      // --output-filename
   std::vector<std::string> network_interfaces; // --network-interface: the only candidates
   bool verbose = false;
-  bool quiet = false; // --quiet: no closing summary
+  bool quiet = false;            // --quiet: no closing summary
   bool prefix_timestamp = false; // --prefix-output-with-timestamp
-  std::string events_file;        // --events: the job's event log (JSON lines)
+  std::string events_file;       // --events: the job's event log (JSON lines)
   // --dashboard: every event is also handed here (on the job actor's thread)
   std::function<void(const nlohmann::json&)> event_observer;
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)

@@ -61,6 +61,10 @@ job::behavior_type job::make_behavior() {
       [this](notified_atom, uint64_t g, std::string& slot, std::string& problem) {
         on_notified(g, slot, problem);
       },
+      [this](reached_atom, uint64_t g, std::string& key, bool cross, bool connected) {
+        on_reached(g, key, cross, connected);
+      },
+      [this](parked_atom, uint64_t g, std::string& key) { on_parked(g, key); },
       [this](complete_atom, uint64_t g) { on_complete(g); },
       [this](rejoin_atom, std::string& key) { on_rejoin_request(key); },
       [this](late_atom, uint64_t g, std::vector<std::string>& fresh,
@@ -240,6 +244,10 @@ void job::on_deadline(uint32_t which) {
     say("ranks {} did not end within {} s of closing their channels; stopping them",
         fmt::join(left, ", "), job_.kill_grace.count() / 1000.0);
     teardown();
+  } else if (kind == dl_rendezvous) {
+    rendezvous_overdue(serial);
+  } else if (kind == dl_verdict) {
+    judge_abort(serial);
   } else if (kind == dl_start && !elastic_ && !all_started_ && !done_) {
     fail(fmt::format("start timeout ({} s) expired waiting for: {}",
                      job_.start_timeout.count() / 1000.0, start_waits_for()));

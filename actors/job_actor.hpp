@@ -74,6 +74,8 @@ using job_actor = driver_full_actor::extend<
     caf::reacts_to<complete_atom, uint64_t>, caf::reacts_to<rejoin_atom, std::string>,
     caf::reacts_to<late_atom, uint64_t, std::vector<std::string>, std::vector<std::string>>,
     caf::reacts_to<notified_atom, uint64_t, std::string, std::string>,
+    caf::reacts_to<reached_atom, uint64_t, std::string, bool, bool>,
+    caf::reacts_to<parked_atom, uint64_t, std::string>,
     caf::reacts_to<event_atom, std::string, std::string>,
     caf::reacts_to<discover_atom>,                    // time to run the script
     caf::reacts_to<discover_atom, bool, std::string>, // the script's output or error
@@ -88,8 +90,10 @@ enum : uint32_t {
   dl_teardown = 1,
   dl_slots = 2,
   dl_start = 4,
-  dl_owner = 5,   // executor: the owner's start frame
-  dl_shutdown = 6 // executor: ranks end after their channel closed
+  dl_owner = 5,      // executor: the owner's start frame
+  dl_shutdown = 6,   // executor: ranks end after their channel closed
+  dl_rendezvous = 7, // elastic: a fresh process must begin its Gloo rendezvous (serial: slot id)
+  dl_verdict = 8     // elastic: an abort inside a rendezvous is judged (serial: slot id)
 };
 
 using clock_type = std::chrono::steady_clock;
@@ -146,7 +150,14 @@ struct eslot {
   bool launch_pending = false;         // ... and its host has not answered yet
   bool stop_at_release = false;        // left the plan holding state: stopped once the plan runs
   std::optional<rank_exit> early_exit; // an exit report that overtook that answer
-  clock_type::time_point started{};    // when its process was asked for
+  bool reached = false;                // it began a Gloo rendezvous (PUT /global/rank_<r>)
+  std::optional<std::pair<std::string, std::string>> verdict; // an abort judged later: how, why
+  uint64_t warm_for = 0;   // a newcomer started for this forming generation: it waits at the
+                           // generation's lot until the release (0: started in a released one)
+  uint64_t global_gen = 0; // the last generation whose Gloo rendezvous of scope global it
+                           // finished, and of cross_<k> (hvd.init()'s last): the last
+  uint64_t cross_gen = 0;  // whose hvd.init() it finished, 0 if none (it holds no state)
+  clock_type::time_point started{}; // when its process was asked for
   // executor mode
   std::deque<uint64_t> calls;  // sent to it and not answered yet
   std::string channel_problem; // how it broke its channel, if it did
@@ -239,7 +250,7 @@ private:
   void on_late(uint64_t g, const std::vector<std::string>& fresh,
                const std::vector<std::string>& carrying);
   void on_complete(uint64_t g);
-  void release_generation();
+  void release_generation(bool resumed = false);
   void drop_unlaunched();
   bool drop_if_unlaunched(eslot& s);
   void on_notified(uint64_t g, const std::string& key, const std::string& problem);
@@ -264,6 +275,28 @@ private:
                     const std::string& error);
   void abort_answered();
   void note_failure(const std::string& what);
+
+  // -- the ranks' Gloo rendezvous: who reached it, who finished it, what a process that
+  //    never does costs (actors/job_rendezvous.cpp) ----------------------------------
+  void on_reached(uint64_t g, const std::string& key, bool cross, bool connected);
+  void arm_rendezvous_deadline(const eslot& s);
+  void rendezvous_overdue(uint32_t id);
+  void fail_unreached(eslot& s);
+  void break_generation();
+  bool collateral_exit(eslot& s, const std::string& how, int signal, const std::string& why);
+  void judge_abort(uint32_t id);
+  void spare(eslot& s, const std::string& how, const std::string& cause);
+  bool holds_state(const eslot& s) const;
+  uint64_t initialized_gen(const eslot& s) const;
+  bool state_made() const;
+  // warm joins: a forming plan's newcomers start at once and wait at its lot
+  bool warm_plan() const;
+  void open_lot();
+  void on_parked(uint64_t g, const std::string& key);
+  bool newcomers_ready() const;
+  void stop_newcomers(uint64_t keep);
+  bool only_newcomers_on(const std::string& ep) const;
+  void newcomer_failed(eslot& s, const std::string& what);
 
   // -- the executor relay: the owner's channel and calls (actors/job_executor.cpp) ----
   bool executor() const;
@@ -350,6 +383,20 @@ private:
   std::vector<uint32_t> awaiting_port_;    // slots whose launch waits for it
   bool all_started_ = false; // static: every rank was started (the start deadline is over)
   size_t launched_ = 0;      // static: processes started so far
+
+  // the ranks' Gloo rendezvous (actors/job_rendezvous.cpp)
+  bool speaks_gloo_ = false;           // a rank began a Gloo rendezvous: a Horovod-like program
+  bool global_done_ = false;           // a rank finished a rendezvous of scope global
+  bool cross_done_ = false;            // ... and of a scope cross_<k>
+  bool uses_cross_ = false;            // ranks rendezvous in cross_<k> too (Horovod's hvd.init())
+  uint64_t broken_gen_ = 0;            // the released generation a failure broke last
+  std::set<uint32_t> overdue_;         // past --start-timeout before any rank spoke Gloo
+  uint64_t lot_gen_ = 0;               // warm joins: the forming generation whose newcomers park
+  uint16_t lot_port_ = 0;              // ... at this port of the rendezvous server (0: not yet)
+  std::optional<uint8_t> held_notice_; // its notice, sent once every newcomer waits there
+  uint64_t held_for_newcomers_ = 0;    // a generation that completed before they did
+  bool notice_sent_ = false;           // the forming generation's notice went out
+  bool gen_reason_after_failure_ = false; // ... and it formed after a failure
 
   // the executor relay (actors/job_executor.cpp)
   std::unique_ptr<frame_channel> control_; // the owner's channel

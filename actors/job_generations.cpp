@@ -124,6 +124,10 @@ bool job::previous_generation_survives() const {
         return true;
     return gen_.plan.empty();
   }
+  // No rank ever finished a Gloo rendezvous: nothing trained, no state to lose, so the
+  // next plan starts afresh (the processes still inside their first one were restarted).
+  if (speaks_gloo_ && !state_made())
+    return true;
   std::vector<slot_process> procs;
   for (auto& [id, s] : slots_)
     procs.push_back(process_of(s));
@@ -132,7 +136,7 @@ bool job::previous_generation_survives() const {
 
 slot_process job::process_of(const eslot& s) const {
   auto& h = hosts_.at(s.endpoint);
-  return {s.key, h.info.name, s.started, s.joined, s.running && !s.retired};
+  return {s.key, h.info.name, s.started, s.joined, s.running && !s.retired, holds_state(s)};
 }
 
 void job::wait_for_slots(int total) {
@@ -174,7 +178,18 @@ void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_s
   rejoin_wanted_ = false;
   rejoin_due_ = false;
   auto reason = std::exchange(reset_reason_, std::string{});
+  // The plan is the released one again (a newcomer of the plan it replaces failed before
+  // the running ranks were told of it): they go on as they are, never interrupted.
+  bool resume = elastic_ && released_gen_ > 0 && !gen_.released && !notice_sent_ && reason.empty()
+                && !gen_reason_after_failure_ && plan == released_plan_;
+  gen_reason_after_failure_ = !reason.empty();
+  notice_sent_ = false;
+  held_notice_.reset();
+  held_for_newcomers_ = 0;
   gen_ = generation{gen_.number + 1, std::move(plan), clock_type::now()};
+  // Newcomers waiting for a plan that will not run: they hold nothing and restart for
+  // this one if it has their slots.
+  stop_newcomers(gen_.number);
   auto plan_host_names = gen_.hosts();
   plan_hosts_.clear();
   for (auto& h : hs)
@@ -214,7 +229,11 @@ void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_s
                                       {"reason", reason},
                                       {"plan", plan}});
   }
-  if (elastic_) {
+  if (elastic_ && resume) {
+    say("generation {}: {} ranks on {}, as released (the plan it replaces was never told to "
+        "the running ranks: they go on)",
+        gen_.number, gen_.plan.size(), layout);
+  } else if (elastic_) {
     say("generation {}: {} ranks on {}{}{}{}", gen_.number, gen_.plan.size(), layout,
         added.empty() || gen_.number == 1 ? "" : fmt::format(" (added {})", fmt::join(added, ",")),
         removed.empty() ? "" : fmt::format(" (removed {})", fmt::join(removed, ",")),
@@ -258,10 +277,15 @@ void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_s
                .count(),
            s->joined});
   spec.update = text;
-  spec.release_now = !elastic_ || gen_.number == 1;
+  spec.release_now = !elastic_ || gen_.number == 1 || resume;
+  spec.resume = resume;
+  bool warm = !resume && warm_plan();
+  spec.hold_update = (warm && reason.empty()) || resume; // a resumed plan changes nothing
   send(coord_, barrier_atom::value, std::move(spec));
-  if (!elastic_ || gen_.number == 1)
-    release_generation();
+  if (!elastic_ || gen_.number == 1 || resume)
+    release_generation(resume);
+  if (warm)
+    open_lot();
   // Workers of fresh slots are spawned now; their processes wait for the release.
   for (auto& host : host_order)
     if (!done_)
@@ -280,6 +304,11 @@ void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_s
     notice |= static_cast<unsigned>(host_change::added);
   events_.emit("notify.change", {{"generation", gen_.number},
                                  {"change", to_string(static_cast<host_change>(notice))}});
+  if (warm) { // told once every newcomer waits at its first rendezvous
+    held_notice_ = static_cast<uint8_t>(notice);
+    return;
+  }
+  notice_sent_ = true;
   send(coord_, notify_atom::value, gen_.number, static_cast<uint8_t>(notice));
 }
 
@@ -351,6 +380,12 @@ void job::on_complete(uint64_t g) {
     held_complete_ = g;
     return log("generation {} waits for the Gloo aborts to be answered", g);
   }
+  if (!newcomers_ready()) {
+    // released only with every newcomer at its first rendezvous: one lost now costs
+    // the running ranks nothing
+    held_for_newcomers_ = g;
+    return log("generation {} waits for its newcomers to reach their first rendezvous", g);
+  }
   log("generation {}: all {} ranks it carries over joined", gen_.number,
       gen_.plan.size() - gen_.fresh.size());
   send(coord_, release_atom::value, g);
@@ -366,12 +401,20 @@ void job::on_complete(uint64_t g) {
 
 // The plan becomes the job's (the coordinator gives it to the servers): the processes
 // it carried over joined it.
-void job::release_generation() {
+void job::release_generation(bool resumed) {
   gen_.released = true;
   for (auto& [key, row] : gen_.rows)
     if (auto* s = current(key); s && s->launching && !gen_.fresh.count(key))
       s->joined = gen_.number;
-  if (released_gen_ > 0)
+  // its newcomers, parked at its lot, go on into its rendezvous
+  for (auto& [id, s] : slots_)
+    if (s.warm_for == gen_.number) {
+      s.warm_for = 0;
+      s.joined = gen_.number;
+    }
+  lot_gen_ = 0;
+  lot_port_ = 0;
+  if (released_gen_ > 0 && !resumed)
     ++resets_;
   released_gen_ = gen_.number;
   released_plan_ = gen_.plan;

@@ -488,6 +488,7 @@ void job::on_down(const caf::down_msg& dm) {
       host_end_[h.info.name] = "lost";
     h.colocator = nullptr;
     bool had_ranks = false;
+    bool newcomers_only = only_newcomers_on(ep);
     for (auto& [id, s] : slots_) {
       if (s.endpoint != ep || !s.running)
         continue;
@@ -515,8 +516,17 @@ void job::on_down(const caf::down_msg& dm) {
     auto what = fmt::format("node agent {} was lost: {}", h.label(), why);
     if (had_ranks && !finishing_) {
       note_failure(what);
+      if (newcomers_only) {
+        // only newcomers of a plan not released yet ran there: the running ranks go on
+        say("{}; only newcomers of generation {} ran there: the running ranks go on", what,
+            gen_.number);
+        blacklist(ep);
+        reconsider();
+        return maybe_finish();
+      }
       say("{}", what);
       blacklist(ep);
+      break_generation();
       abort_gloo();
       reconsider();
     } else if (had_ranks) {

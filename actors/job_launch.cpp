@@ -145,9 +145,12 @@ std::optional<std::vector<std::string>> job::rank_environment(eslot& s) {
     send_exit(s.worker, caf::exit_reason::user_shutdown);
     return std::nullopt;
   }
-  if (!gen_.released) {
+  bool warm = lot_gen_ == gen_.number && !gen_.released;
+  if (!gen_.released && !(warm && lot_port_ != 0)) {
     // A process reads its place from its environment: it starts with the released plan
-    // and never writes into the rendezvous scopes of a plan it will not run in.
+    // and never writes into the rendezvous scopes of a plan it will not run in (warm
+    // joins: it starts with the forming plan and waits at the plan's lot, a port whose
+    // requests the server holds until the release).
     awaiting_release_.push_back(s.id);
     return std::nullopt;
   }
@@ -187,7 +190,7 @@ std::optional<std::vector<std::string>> job::rank_environment(eslot& s) {
   in.nccl_ifaces = h.nics;
   in.iface = h.nics.empty() ? std::string{} : h.nics.front();
   in.rendezvous_addr = served_->address;
-  in.rendezvous_port = served_->port;
+  in.rendezvous_port = warm ? lot_port_ : served_->port;
   in.base = job_.base_env;
   in.extra = job_.extra_env;
   in.cuda_visible_devices = visible_devices(h, row.local_rank);
@@ -222,8 +225,10 @@ void job::launch_slots(const std::string& ep, const std::vector<uint32_t>& ids) 
     envs.push_back(std::move(*env));
     s->launching = true;
     s->launch_pending = true;
-    if (elastic_)
+    if (elastic_ && gen_.released)
       s->joined = gen_.number; // it starts in the released plan: it takes the state
+    else if (elastic_)
+      s->warm_for = gen_.number; // it waits at the forming plan's lot
     if (executor() && !boot_.empty())
       s->calls.push_back(0);
     open_outputs(s->key);
@@ -288,6 +293,7 @@ void job::slot_launched(uint32_t id, int32_t pid) {
     return;
   s->launched = true;
   log("rank {} ({}) started, pid {}", s->rank, s->key, pid);
+  arm_rendezvous_deadline(*s);
   if (events_.enabled())
     events_.emit("rank.started", {{"rank", s->rank},
                                   {"host", hosts_.at(s->endpoint).info.name},
@@ -382,6 +388,7 @@ void job::on_exit(const rank_exit& ex) {
       // Ranks that wait for another generation are told that there is none.
       send(coord_, stop_atom::value);
       drop_unlaunched(); // fresh slots of a plan that will not be released
+      stop_newcomers(0); // ... and newcomers waiting for it
     }
     return maybe_finish();
   }
@@ -392,6 +399,8 @@ void job::on_exit(const rank_exit& ex) {
     why = how = "ended (exit code 0) while the executor still needed it";
   if (!elastic_)
     return failed_fast(*s, why, how, std::max(st.launcher_code(), 1));
+  if (collateral_exit(*s, how, st.signal, why))
+    return;
   slot_failed(*s, why);
 }
 
@@ -415,6 +424,8 @@ void job::slot_failed(eslot& s, const std::string& why) {
   auto what = fmt::format("rank {} on host {} {}", s.rank, h.info.name, why);
   if (!elastic_)
     return fail(what); // a worker that could not be started or launched
+  if ((s.warm_for != 0 || (!s.launched && !gen_.released)) && only_newcomers_on(s.endpoint))
+    return newcomer_failed(s, what);
   note_failure(what);
   if (finishing_ || done_) {
     if (!failure_)
@@ -424,6 +435,7 @@ void job::slot_failed(eslot& s, const std::string& why) {
   say("{}", what);
   reset_reason_ = "after a failure";
   blacklist(s.endpoint);
+  break_generation();
   abort_gloo();
   reconsider();
   maybe_finish();

@@ -11,8 +11,12 @@
 // The coordinator (one per job, beside the job actor; actors/coordinator.cpp):
 //   worker ──report(slot, host)──▶ coordinator      (each worker, when it is spawned)
 //   job ──serve/allow/assign/expect/barrier/release/leave/notify/gloo/stop──▶ coordinator
-//   job ◀──complete/rejoin/late/notified/event/tstore── coordinator
+//   job ◀──complete/rejoin/late/notified/reached/event/tstore── coordinator
 //   rank ══HTTP rank_and_size, PUT worker_addresses══▶ coordinator's rendezvous server
+//   rank ══HTTP PUT /<scope>/rank_<r>, DELETE /<scope>/<r>══▶ server ──reached──▶ job
+//                                      (a rank began / finished a Gloo rendezvous)
+//   newcomer ══HTTP (held)══▶ lot port ──parked──▶ job   (warm joins: it waits at its
+//                                      first rendezvous until its plan's release)
 //
 // Executor mode (runtime/channel.hpp frames; payloads are opaque):
 //   owner ═frames═▶ job ──call──▶ worker ═frames═▶ rank process
@@ -78,6 +82,9 @@ using notify_atom = caf::atom_constant<caf::atom("notify")>;
 using complete_atom = caf::atom_constant<caf::atom("complete")>;
 using late_atom = caf::atom_constant<caf::atom("late")>;
 using event_atom = caf::atom_constant<caf::atom("event")>;
+using reached_atom = caf::atom_constant<caf::atom("reached")>;
+using lot_atom = caf::atom_constant<caf::atom("lot")>;
+using parked_atom = caf::atom_constant<caf::atom("parked")>;
 using gloo_atom = caf::atom_constant<caf::atom("gloo")>;
 // elastic: a rank failed, the broken generation's Gloo connections end at once
 using abort_atom = caf::atom_constant<caf::atom("gabort")>;
@@ -125,7 +132,7 @@ struct node_info {
   int32_t pid = 0;         // the agent's process id
   uint32_t slots = 0;      // slots the agent offers; 0 = not limited
   std::vector<interface_addr> interfaces;
-  uint16_t probe_port = 0; // the colocator's NIC probe responder
+  uint16_t probe_port = 0;        // the colocator's NIC probe responder
   std::vector<int32_t> gpus;      // the node's devices (CUDA indices)
   std::vector<int32_t> gpus_free; // ... that no job holds right now
   std::string gpu_source;         // how the node knows them (--gpus, NVML, nvidia-smi)
@@ -153,8 +160,8 @@ struct launch_spec {
   std::string cwd;
   // executor mode: the process gets a frame channel (descriptor 4) to its worker
   bool executor = false;
-  std::string boot;            // call 0, written to the channel at start ("" = none)
-  uint64_t max_frame = 0;      // largest payload the rank may send
+  std::string boot;       // call 0, written to the channel at start ("" = none)
+  uint64_t max_frame = 0; // largest payload the rank may send
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, launch_spec& x) {
@@ -218,7 +225,7 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 /// The job's servers, started by the coordinator ("" error = up).
 struct served {
   std::string error;
-  std::string address; // where both listen
+  std::string address;     // where both listen
   uint16_t port = 0;       // rendezvous (Horovod's HTTP key/value protocol)
   uint16_t store_port = 0; // torch's TCPStore (0: --torch-store off)
 };
@@ -239,7 +246,7 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 
 /// A slot whose running process a forming generation carries over: it must vote.
 struct carried_slot {
-  std::string key;        // host:local_rank
+  std::string key; // host:local_rank
   std::string host;
   int64_t started_ns = 0; // when its process was asked for (steady clock)
   uint64_t joined = 0;    // the last released generation it was answered for (0: none)
@@ -264,15 +271,19 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 struct barrier_spec {
   uint64_t number = 0;
   std::vector<slot_info> plan;
-  std::vector<std::string> fresh;     // slots whose processes start at the release
-  std::vector<carried_slot> carried;  // slots that vote before the release
-  std::string update;                 // /elastic/update's text for it
-  bool release_now = false;           // no barrier: generation 1, or a static job
+  std::vector<std::string> fresh;    // slots whose processes start at the release
+  std::vector<carried_slot> carried; // slots that vote before the release
+  std::string update;                // /elastic/update's text for it
+  bool release_now = false;          // no barrier: generation 1, or a static job
+  bool hold_update = false;          // publish `update` with the notice (warm joins), not now
+  // The plan is the released one, whose ranks never heard of the plan it replaces: they
+  // go on as they are (released at once; the servers keep their state).
+  bool resume = false;
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, barrier_spec& x) {
   return f(caf::meta::type_name("barrier_spec"), x.number, x.plan, x.fresh, x.carried, x.update,
-           x.release_now);
+           x.release_now, x.hold_update, x.resume);
 }
 
 /// What a node's agent did to end a broken generation's Gloo connections.
@@ -292,8 +303,7 @@ typename Inspector::result_type inspect(Inspector& f, gloo_abort_report& x) {
 
 /// The part of the coordinator that node-side actors talk to: each worker reports the
 /// host it runs on (its node agent's name) and its slot when it is spawned.
-using coordinator_actor =
-    caf::typed_actor<caf::reacts_to<report_atom, uint32_t, std::string>>;
+using coordinator_actor = caf::typed_actor<caf::reacts_to<report_atom, uint32_t, std::string>>;
 
 /// The coordinator's interface for its job (and the rendezvous server's threads).
 using coordinator_full_actor = coordinator_actor::extend<
@@ -305,12 +315,15 @@ using coordinator_full_actor = coordinator_actor::extend<
     caf::replies_to<assign_atom, std::vector<host_slots>, int32_t, int32_t>::with<assignment>,
     // workers of these slots are being spawned on this host: answered when each reported
     // (per slot "" or what was wrong: another host, no report before the start timeout)
-    caf::replies_to<expect_atom, std::vector<uint32_t>, std::string>::with<
-        std::vector<std::string>>,
+    caf::replies_to<expect_atom, std::vector<uint32_t>,
+                    std::string>::with<std::vector<std::string>>,
     caf::reacts_to<barrier_atom, barrier_spec>, // a generation formed
-    caf::reacts_to<release_atom, uint64_t>,     // the job releases generation G
-    caf::reacts_to<leave_atom, std::string>,    // the slot is not in the job: answered -1
-    caf::reacts_to<gone_atom, std::string>,     // the slot's process ended
+    // warm joins: the port of forming generation G's parking lot, where its newcomers
+    // wait at their first rendezvous until its release (0: none could be opened)
+    caf::replies_to<lot_atom, uint64_t>::with<uint16_t>,
+    caf::reacts_to<release_atom, uint64_t>,  // the job releases generation G
+    caf::reacts_to<leave_atom, std::string>, // the slot is not in the job: answered -1
+    caf::reacts_to<gone_atom, std::string>,  // the slot's process ended
     // generation G changed the hosts of running ranks (host_change as a number): tell
     // rank 0's notification service
     caf::reacts_to<notify_atom, uint64_t, uint8_t>,
@@ -321,6 +334,12 @@ using coordinator_full_actor = coordinator_actor::extend<
     // PUT /worker_addresses/<host>:<lr> (body)
     caf::reacts_to<vote_atom, std::string, int32_t>,
     caf::reacts_to<register_atom, std::string, int32_t, std::string>,
+    // ... and a rank's progress in the Gloo rendezvous of scope global or cross_<k>: (the
+    // store's generation, scope, rank in it, false: its first PUT /<scope>/rank_<r>, true:
+    // its DELETE /<scope>/<r>)
+    caf::reacts_to<reached_atom, uint64_t, std::string, int32_t, bool>,
+    // ... and a newcomer's first request held at lot G: PUT /global/rank_<r> (G, r)
+    caf::reacts_to<parked_atom, uint64_t, int32_t>,
     // from a notification thread: (G, slot, "" or why not)
     caf::reacts_to<notified_atom, uint64_t, std::string, std::string>,
     caf::reacts_to<deadline_atom, uint64_t>>; // a barrier or registration deadline
@@ -334,9 +353,14 @@ using coordinator_client_actor = caf::typed_actor<
     // slots that held state (--elastic-timeout)
     caf::reacts_to<late_atom, uint64_t, std::vector<std::string>, std::vector<std::string>>,
     caf::reacts_to<notified_atom, uint64_t, std::string, std::string>, // as above
-    caf::reacts_to<tstore_atom, std::string>,                        // a torch store problem
+    // the process of a slot of released generation G reached its Gloo rendezvous (false)
+    // or connected to every peer in it (true), of scope global or (cross: true) cross_<k>
+    // (slot, cross, connected)
+    caf::reacts_to<reached_atom, uint64_t, std::string, bool, bool>,
+    // the newcomer of this slot of forming generation G waits at G's lot
+    caf::reacts_to<parked_atom, uint64_t, std::string>,
+    caf::reacts_to<tstore_atom, std::string>,              // a torch store problem
     caf::reacts_to<event_atom, std::string, std::string>>; // for the event log: name, JSON
-
 
 /// The part of the driver that node-side actors talk to. Output and executor logs are
 /// requests so that the worker holds a bounded number in flight (flow control end to
@@ -362,7 +386,7 @@ using driver_full_actor = driver_actor::extend<
     // executor: a frame from the owner's channel (kind, id, rank, deadline, payload)
     caf::reacts_to<control_atom, uint8_t, uint64_t, uint32_t, uint32_t, std::string>,
     caf::reacts_to<chanend_atom, std::string>, // the owner's channel ended (problem)
-    caf::reacts_to<log_atom, uint64_t>>;        // log record N reached the owner
+    caf::reacts_to<log_atom, uint64_t>>;       // log record N reached the owner
 
 /// One slot's process: runs the command, streams output, reports the exit.
 using worker_actor =
@@ -408,9 +432,9 @@ using colocator_actor = caf::typed_actor<
     caf::replies_to<abort_atom, std::vector<uint32_t>, std::vector<std::string>,
                     std::vector<std::string>>::with<gloo_abort_report>,
     caf::reacts_to<aborted_atom, uint64_t, gloo_abort_report>, // from an abort thread
-    caf::reacts_to<terminate_atom, int32_t>,   // SIGTERM every rank, SIGKILL after grace (ms)
-    caf::reacts_to<stop_atom, std::string>,    // the agent shuts down (why): as terminate
-    caf::reacts_to<kill_atom>>;                // the grace period is over
+    caf::reacts_to<terminate_atom, int32_t>, // SIGTERM every rank, SIGKILL after grace (ms)
+    caf::reacts_to<stop_atom, std::string>,  // the agent shuts down (why): as terminate
+    caf::reacts_to<kill_atom>>;              // the grace period is over
 
 /// Names under which node agents offer actors for remote spawn.
 inline constexpr const char* colocator_type_name = "colocator";

@@ -85,6 +85,7 @@ elastic_config elastic_options(const job_options& o, const po::variables_map& vm
       throw usage_error(fmt::format("--reset-limit {} must not be negative", o.reset_limit));
     ec.reset_limit = o.reset_limit;
   }
+  ec.warm_joins = vm.count("cold-joins") == 0;
   if (vm.count("blacklist-cooldown-range")) {
     if (o.cooldown.size() != 2)
       throw usage_error("--blacklist-cooldown-range takes two numbers: LOW HIGH (seconds)");

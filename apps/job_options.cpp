@@ -117,6 +117,10 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
         "re-join (default: $HOROVOD_ELASTIC_TIMEOUT or 600)")(
         "reset-limit", po::value(&reset_limit),
         "stop the job after this many resets (default: no limit)")(
+        "cold-joins",
+        "start a new host's ranks only once the running ranks re-joined, as horovodrun does "
+        "(default: they start when the host is ready and wait at their first rendezvous "
+        "while the others train on)")(
         "blacklist-cooldown-range", po::value(&cooldown)->multitoken(),
         "LOW HIGH seconds; a failed host returns after LOW*2^failures+jitter, clamped to "
         "[LOW, HIGH] (default: never)")("discovery-interval",
@@ -339,7 +343,7 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
   job.max_frame = static_cast<uint64_t>(o.max_frame_mb * 1024 * 1024);
   bool elastic = vm.count("host-discovery-script") > 0;
   for (auto flag : {"min-np", "max-np", "slots-per-host", "elastic-timeout", "reset-limit",
-                    "blacklist-cooldown-range"})
+                    "blacklist-cooldown-range", "cold-joins"})
     if (!elastic && vm.count(flag))
       throw usage_error(fmt::format("--{} belongs to elastic jobs: give --host-discovery-script "
                                     "too",

@@ -230,6 +230,8 @@ class Job:
         self.l = launch
         self.failure_re = failure_re
         self.resumes = {}  # rank -> (size, host) of its last resume line
+        self.commits = []  # rank 0's `committed S` lines: (t, S)
+        self.steps = []    # rank 0's `step S size N` lines: (t, S, N)
 
     def wait(self, what, pred, timeout):
         """Reads lines until pred(t, kind, match) returns a value, and returns it."""
@@ -260,12 +262,14 @@ class Job:
                     continue
                 s = STEP.match(body)
                 if s:
+                    self.steps.append((t, int(s.group(1)), int(s.group(2))))
                     v = pred(t, "step", s)
                     if v is not None:
                         return v
                     continue
                 c = COMMITTED.match(body)
                 if c:
+                    self.commits.append((t, int(c.group(1))))
                     v = pred(t, "commit", c)
                     if v is not None:
                         return v
@@ -312,6 +316,8 @@ class Bench:
         self.gloo_timeout = gloo_timeout
         self.hosts_file = os.path.join(work, "hosts")
         self.calls_file = os.path.join(work, "calls")
+        self.events_file = os.path.join(work, "events.jsonl")
+        self.import_ms = None
         self.script = os.path.join(work, "discover.sh")
         with open(self.script, "w") as f:
             f.write(f"#!/bin/sh\ndate +%s.%N >> {self.calls_file}\ncat {self.hosts_file}\n")
@@ -359,10 +365,12 @@ class Bench:
                 "-np", str(np), "--min-np", "1", "--max-np", "3",
                 "--host-discovery-script", self.script, PYTHON, TRAIN]
 
-    def caf_argv(self, run_token, interval, gloo_timeout):
+    def caf_argv(self, run_token, interval, gloo_timeout, cold=False):
         caf = os.environ["CAF_HVD"]
         argv = [caf, "driver", "--host-discovery-script", self.script, "--min-np", "1",
-                "--max-np", "3"]
+                "--max-np", "3", "--events", self.events_file]
+        if cold:
+            argv.append("--cold-joins")
         if interval is not None:
             argv += ["--discovery-interval", str(interval)]
         env = [("PYTHONPATH", self.site), ("TRAIN_STEPS", STEPS), ("TRAIN_COMMIT", COMMIT),
@@ -373,14 +381,15 @@ class Bench:
             argv += ["--env", f"{k}={v}"]
         return argv + ["--", PYTHON, TRAIN]
 
-    def launch(self, launcher, np, interval=1, gloo_timeout=None):
+    def launch(self, launcher, np, interval=1, gloo_timeout=None, cold=False):
         token = uuid.uuid4().hex
         if launcher == "horovodrun":
             argv, failure = self.horovodrun_argv(np), HVD_FAILURE
         else:
-            argv, failure = self.caf_argv(token, interval, gloo_timeout), CAF_FAILURE
-        if os.path.exists(self.calls_file):
-            os.unlink(self.calls_file)
+            argv, failure = self.caf_argv(token, interval, gloo_timeout, cold), CAF_FAILURE
+        for f in (self.calls_file, self.events_file):
+            if os.path.exists(f):
+                os.unlink(f)
         return Job(Launch(argv, self.env(token, gloo_timeout)), failure)
 
     def host_lines(self, launcher, n):
@@ -415,11 +424,11 @@ class Bench:
         finally:
             job.l.stop()
 
-    def growth(self, launcher, delay, interval=1):
+    def growth(self, launcher, delay, interval=1, cold=False):
         """ms from the third host's appearance in the discovery output (`delay` s after the
         trigger step) to the first commit at size 3, and the breakdown."""
         self.set_hosts(self.host_lines(launcher, 2))
-        job = self.launch(launcher, 2, interval)
+        job = self.launch(launcher, 2, interval, cold=cold)
         try:
             job.wait_trigger(2)
             time.sleep(delay)
@@ -429,14 +438,69 @@ class Bench:
             after = [c for c in self.discovery_calls() if c >= wall_add]
             ran = (after[0] - wall_add) * 1000 if after else None
             ms = (t - t_add) * 1000
-            return ms, {
+            # The survivors' pause: the longest gap between rank 0's consecutive commits
+            # from the last one before the host appeared to the first at size 3, less the
+            # program's own gap between commits (the median before the host appeared).
+            before = [c for c, _ in job.commits if c < t_add]
+            steady = statistics.median([b - a for a, b in zip(before, before[1:])]) \
+                if len(before) >= 3 else None
+            window = [c for c in before[-1:]] + [c for c, _ in job.commits if t_add <= c <= t]
+            gap = max((b - a for a, b in zip(window, window[1:])), default=None)
+            resumed = seen.get("resume")
+            own = (t - resumed) * 1000 if resumed else None  # the new size's first 5 steps
+            cold_start = launcher == "horovodrun" or cold
+            program = (own or 0) + (self.import_ms if cold_start else 0)
+            parts = {
                 "discovery script ran": ran,
-                "rank 0 resumed at 3": (seen["resume"] - t_add) * 1000
-                if "resume" in seen else None,
+                "rank 0 resumed at 3": (resumed - t_add) * 1000 if resumed else None,
                 "(first commit at 3 after that run)": ms - ran if ran is not None else None,
-                "(period of discovery calls)": self.discovery_period()}
+                "(period of discovery calls)": self.discovery_period(),
+                "survivors' pause": (gap - steady) * 1000
+                if gap is not None and steady is not None else None,
+                "program's share": program,
+                "launcher's share": ms - program}
+            if launcher == "caf-hvd":
+                parts["loss window"] = self.loss_window()
+            return ms, parts
         finally:
             job.l.stop()
+
+    def loss_window(self):
+        """caf-hvd: ms from the newest generation's release to the moment every rank of
+        it had finished hvd.init()'s rendezvous (its event log: generation.released, then
+        rank.rendezvous of scope cross with connected true for each of its slots)."""
+        import json
+        try:
+            with open(self.events_file) as f:
+                log = [json.loads(x) for x in f if x.strip()]
+        except (OSError, ValueError):
+            return None
+        released = [e for e in log if e["name"] == "generation.released"]
+        if len(released) < 2:
+            return None
+        g = released[-1]["context"]["generation"]
+        begin = [e for e in log if e["name"] == "generation.begin"
+                 and e["context"]["generation"] == g]
+        # hvd.init()'s last rendezvous is of scope cross_<k>
+        done = [e["timestamp"] for e in log if e["name"] == "rank.rendezvous"
+                and e["context"]["generation"] == g and e["context"]["connected"]
+                and e["context"].get("scope") == "cross"]
+        if not begin or len(done) < begin[0]["context"]["size"]:
+            return None
+        return (max(done) - released[-1]["timestamp"]) * 1000
+
+    def measure_import(self, runs=3):
+        """ms the program takes to import torch and horovod.torch (median of `runs`
+        fresh interpreters): what a newcomer costs the survivors when it starts only after
+        they re-joined."""
+        xs = []
+        for _ in range(runs):
+            t0 = time.monotonic()
+            subprocess.run([PYTHON, "-c", "import torch, horovod.torch"], check=True,
+                           env={**os.environ, "PYTHONPATH": self.site})
+            xs.append((time.monotonic() - t0) * 1000)
+        self.import_ms = statistics.median(xs)
+        return self.import_ms
 
     def discovery_period(self):
         calls = self.discovery_calls()
@@ -500,10 +564,13 @@ def main():
         if "caf-hvd" in launchers:
             bench.start_agents()
             default_interval = caf_default_interval()
+            configs.append(("growth", "caf-hvd --cold-joins", "caf-hvd",
+                            lambda l, d: bench.growth(l, d, cold=True)))
             if default_interval is not None and default_interval != 1:
                 configs.append(("growth", f"caf-hvd, its default --discovery-interval "
                                 f"{default_interval:g}", "caf-hvd",
                                 lambda l, d: bench.growth(l, d, interval=None)))
+        bench.measure_import()
         print(f"## Real Horovod elastic jobs: horovodrun and caf-hvd, {a.runs} runs\n")
         print(f"    {command}\n", flush=True)
         rng = random.Random(GROWTH_SEED)
@@ -552,6 +619,15 @@ def main():
         ms = [x[0] for x in xs]
         print(f"| {scenario} | {label} | " + " | ".join(fmt(x) for x in ms)
               + f" | {fmt(med(ms))} | {fmt(min(ms))} - {fmt(max(ms))} |")
+    print(f"\nThe program's imports (torch, horovod.torch) take {fmt(bench.import_ms)} ms "
+          "(median of 3 fresh interpreters). Growth's program's share: the new size's steps "
+          "up to its first commit (from rank 0's resume), plus those imports where the "
+          "newcomer starts only after the survivors re-joined (horovodrun, --cold-joins); the "
+          "launcher's share is the rest. The survivors' pause: the longest gap between rank "
+          "0's consecutive commits from the last one before the host appeared to the first "
+          "at size 3, less the median gap before it (the program's own pace). caf-hvd's loss "
+          "window: from the release of the grown generation to the last of its ranks "
+          "finishing hvd.init()'s rendezvous (its event log).\n")
     print("\nBreakdown (medians; ms after the kill, or after the host appeared):\n")
     for (scenario, label), xs in rows.items():
         parts = {}

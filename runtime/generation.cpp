@@ -75,7 +75,7 @@ std::vector<std::string> state_carriers(uint64_t released, const std::vector<slo
   if (released == 0)
     return out;
   for (auto& p : slots)
-    if (p.running && p.joined >= released && available.count(p.host))
+    if (p.running && p.holds_state && p.joined >= released && available.count(p.host))
       out.push_back(p.key);
   return out;
 }

@@ -1,6 +1,7 @@
 // A job's generation as a value: its plan, the slots that voted, the slots that start
-// fresh at its release, whether it was released, and when each slot must have joined. The rules that decide whether a job
-// may go on live here as pure functions, so that they are tested without actors.
+// fresh at its release, whether it was released, and when each slot must have joined. The rules
+// that decide whether a job may go on live here as pure functions, so that they are tested without
+// actors.
 #pragma once
 
 #include <chrono>
@@ -26,7 +27,7 @@ struct generation {
   // the released plan in its environment, and never vote (a real Horovod worker's first
   // hvd.init() reads its environment and never asks rank_and_size).
   std::set<std::string> fresh;
-  bool released = false;                 // every slot voted and was answered
+  bool released = false; // every slot voted and was answered
   job_clock::time_point began{};
   std::optional<job_clock::time_point> first_vote;
 
@@ -54,6 +55,9 @@ struct slot_process {
   job_clock::time_point started{};
   uint64_t joined = 0;  // the last released generation it was answered for (0: none)
   bool running = false; // its process runs and its agent is reachable
+  // It may hold training state. False for a process of a Gloo-speaking job that never
+  // finished a rendezvous: it neither trained nor was sent the state.
+  bool holds_state = true;
 };
 
 enum class deadline_kind {
@@ -77,8 +81,8 @@ join_deadline deadline_for(const generation& g, const slot_process& p,
                            std::chrono::milliseconds elastic_timeout);
 
 /// The slots of the last released generation (number `released`) that still carry its
-/// state into a new plan: running, joined it, and on a host in `available`. Empty with
-/// released == 0 means nothing was ever released (no state to lose).
+/// state into a new plan: running, joined it, holding state, and on a host in `available`. Empty
+/// with released == 0 means nothing was ever released (no state to lose).
 std::vector<std::string> state_carriers(uint64_t released, const std::vector<slot_process>& slots,
                                         const std::set<std::string>& available);
 

@@ -9,8 +9,10 @@
 #include <future>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -208,7 +210,6 @@ struct rendezvous_server::impl {
   std::atomic<size_t> now_connections{0}, now_held{0}, now_polls{0};
   rendezvous_options opts;
   net::io_context io{1};
-  tcp::acceptor acceptor{io};
   kv_store store;
   std::thread thread;
   std::string address;
@@ -218,10 +219,20 @@ struct rendezvous_server::impl {
     now_held = held_count;
     now_polls = polls;
   }
-  net::steady_timer retry_timer{io};
 
   struct session;
-  void accept();
+  void accept(std::shared_ptr<tcp::acceptor> on, uint64_t lot);
+  std::shared_ptr<tcp::acceptor> main_acceptor;
+
+  // warm joins: lots whose requests are held until released
+  struct lot_state {
+    std::shared_ptr<tcp::acceptor> acceptor;
+    bool released = false;
+    std::vector<std::pair<std::shared_ptr<session>, http::request<http::string_body>>> held;
+    std::set<int> told;
+  };
+  std::map<uint64_t, lot_state> lots;
+  std::function<void(uint64_t, int)> on_parked;
 
   // elastic endpoints (server thread only)
   std::function<void(const std::string&, int)> on_vote;
@@ -231,6 +242,29 @@ struct rendezvous_server::impl {
   std::string update_text;
   std::vector<std::pair<uint64_t, std::shared_ptr<session>>> update_waiters;
   void wake_update_waiters();
+
+  // Gloo rendezvous progress of the served plan's ranks (each reported once per plan)
+  std::function<void(uint64_t, const std::string&, int, bool)> on_progress;
+  std::set<std::tuple<std::string, int, bool>> progress_told;
+  void note_progress(http::verb verb, const std::string& scope, const std::string& key) {
+    if (!on_progress || (scope != "global" && scope.compare(0, 6, "cross_") != 0))
+      return;
+    bool connected = verb == http::verb::delete_;
+    std::string_view digits = key;
+    if (!connected) {
+      if (digits.substr(0, 5) != "rank_")
+        return;
+      digits.remove_prefix(5);
+    }
+    if (digits.empty() || digits.size() > 7
+        || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return;
+    int rank = std::stoi(std::string{digits});
+    auto size = store.scope_size(scope); // a planned scope only
+    if (!size || rank >= *size || !progress_told.insert({scope, rank, connected}).second)
+      return;
+    on_progress(store.generation(), scope, rank, connected);
+  }
 
   // The listening addresses Gloo ranks published since the last plan. Kept apart from
   // the store, whose keys a rank deletes when it shuts Horovod down (which the ranks of a
@@ -258,10 +292,11 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   net::steady_timer wait_timer;
   uint64_t waiter = 0;
   bool keep_alive = true; // of a held elastic request
+  uint64_t lot = 0;       // accepted on a parking lot's port (0: the main port)
 
-  session(impl& s, tcp::socket sock, net::ip::address from)
+  session(impl& s, tcp::socket sock, net::ip::address from, uint64_t lot_id)
       : srv(s), client(from), counted_client(!(s.opts.loopback_exempt && from.is_loopback())),
-        stream(std::move(sock)), wait_timer(srv.io) {
+        stream(std::move(sock)), wait_timer(srv.io), lot(lot_id) {
     ++srv.connections;
     if (counted_client)
       ++srv.conns_of[client];
@@ -349,6 +384,13 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
   }
 
   void handle(http::request<http::string_body> req) {
+    if (lot != 0) {
+      auto it = srv.lots.find(lot);
+      if (it == srv.lots.end())
+        return close(); // the lot was closed: its plan will not run
+      if (!it->second.released)
+        return park(it->second, std::move(req));
+    }
     bool keep = req.keep_alive();
     auto raw = req.target();
     auto verb = req.method_string();
@@ -376,10 +418,10 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
         srv.refuse_stranger(client.to_string(),
                             fmt::format("a notification service for host {}", registering->first));
         ++srv.rejected;
-        return reply(http::status::forbidden,
-                     fmt::format("a worker of host {} registers from that host\n",
-                                 registering->first),
-                     keep);
+        return reply(
+            http::status::forbidden,
+            fmt::format("a worker of host {} registers from that host\n", registering->first),
+            keep);
       }
     }
     std::string registered_body;
@@ -394,6 +436,9 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       srv.on_register(registering->first, registering->second, registered_body);
     if (a.status >= 400)
       ++srv.rejected;
+    else if (req.method() == http::verb::put || req.method() == http::verb::delete_)
+      if (auto t = parse_target(std::string_view{raw.data(), raw.size()}))
+        srv.note_progress(req.method(), t->scope, t->key);
     if (a.wait_ms > 0) {
       auto t = parse_target(std::string_view{raw.data(), raw.size()});
       return long_poll(*t, keep);
@@ -405,6 +450,30 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     res.keep_alive(keep && !a.close);
     res.prepare_payload(); // always sets Content-Length, which Horovod's client needs
     send(std::move(res));
+  }
+
+  // A request on a lot not released yet: held, the store untouched, until the release.
+  void park(lot_state& l, http::request<http::string_body> req) {
+    if (srv.held_count >= srv.opts.max_held) {
+      ++srv.held_refused;
+      ++srv.rejected;
+      return reply(http::status::service_unavailable, "too many held requests\n", req.keep_alive());
+    }
+    enter(mode::held);
+    stream.expires_never();
+    int rank = -1;
+    if (req.method() == http::verb::put) {
+      auto raw = req.target();
+      auto t = parse_target(std::string_view{raw.data(), raw.size()});
+      if (t && t->scope == "global" && t->key.size() > 5 && t->key.size() < 13
+          && t->key.compare(0, 5, "rank_") == 0
+          && std::all_of(t->key.begin() + 5, t->key.end(),
+                         [](char c) { return c >= '0' && c <= '9'; }))
+        rank = std::stoi(t->key.substr(5));
+    }
+    l.held.emplace_back(shared_from_this(), std::move(req));
+    if (rank >= 0 && srv.on_parked && l.told.insert(rank).second)
+      srv.on_parked(lot, rank);
   }
 
   // "/worker_addresses/<host>:<local_rank>" -> (host, local rank); nullopt otherwise.
@@ -569,18 +638,18 @@ void rendezvous_server::impl::wake_update_waiters() {
   update_waiters.swap(keep);
 }
 
-void rendezvous_server::impl::accept() {
-  acceptor.async_accept([this](beast::error_code ec, tcp::socket sock) {
-    if (ec == net::error::operation_aborted)
+void rendezvous_server::impl::accept(std::shared_ptr<tcp::acceptor> on, uint64_t lot) {
+  on->async_accept([this, on, lot](beast::error_code ec, tcp::socket sock) {
+    if (ec == net::error::operation_aborted || !on->is_open())
       return;
     if (ec) {
       // Out of descriptors (EMFILE) and the like: the pending connection stays queued, so
       // accepting again at once would spin; try again a little later.
       ++accept_errors;
-      retry_timer.expires_after(std::chrono::milliseconds(50));
-      retry_timer.async_wait([this](beast::error_code e) {
+      auto timer = std::make_shared<net::steady_timer>(io, std::chrono::milliseconds(50));
+      timer->async_wait([this, on, lot, timer](beast::error_code e) {
         if (e != net::error::operation_aborted)
-          accept();
+          accept(on, lot);
       });
       return;
     }
@@ -602,10 +671,10 @@ void rendezvous_server::impl::accept() {
         sock.close(ignored);
       } else {
         sock.set_option(tcp::no_delay(true), ec);
-        std::make_shared<session>(*this, std::move(sock), from)->read();
+        std::make_shared<session>(*this, std::move(sock), from, lot)->read();
       }
     }
-    accept();
+    accept(on, lot);
   });
 }
 
@@ -618,20 +687,23 @@ rendezvous_server::rendezvous_server(rendezvous_options opts) : impl_(std::make_
   if (ec)
     throw std::runtime_error(
         fmt::format("rendezvous server: '{}' is not an IP address", m.opts.bind));
-  ec = listen_on(m.acceptor, addr, m.opts.port, 4096);
+  m.main_acceptor = std::make_shared<tcp::acceptor>(m.io);
+  ec = listen_on(*m.main_acceptor, addr, m.opts.port, 4096);
   if (ec)
     throw std::runtime_error(fmt::format("rendezvous server: cannot listen on {}:{}: {}",
                                          m.opts.bind, m.opts.port, ec.message()));
-  m.port = m.acceptor.local_endpoint().port();
+  m.port = m.main_acceptor->local_endpoint().port();
   m.address = m.opts.bind;
-  m.accept();
+  m.accept(m.main_acceptor, 0);
   m.thread = std::thread{[&m] { m.io.run(); }};
 }
 
 rendezvous_server::~rendezvous_server() {
   net::post(impl_->io, [&m = *impl_] {
     beast::error_code ignored;
-    m.acceptor.close(ignored);
+    m.main_acceptor->close(ignored);
+    for (auto& [id, l] : m.lots)
+      l.acceptor->close(ignored);
     m.io.stop();
   });
   impl_->thread.join();
@@ -649,6 +721,7 @@ uint64_t rendezvous_server::init(const std::vector<slot_info>& plan) {
   std::promise<uint64_t> done;
   net::post(impl_->io, [&] {
     impl_->gloo.clear();
+    impl_->progress_told.clear();
     done.set_value(impl_->store.init(plan));
   });
   return done.get_future().get();
@@ -670,6 +743,7 @@ void rendezvous_server::release(const std::vector<slot_info>& plan) {
   net::post(impl_->io, [&m = *impl_, plan] {
     m.store.init(plan);
     m.gloo.clear();
+    m.progress_told.clear();
     std::map<std::string, std::string> rows;
     for (auto& s : plan)
       rows[slot_key(s.hostname, s.local_rank)] = s.to_response_string();
@@ -699,6 +773,75 @@ void rendezvous_server::answer_slot(const std::string& slot, const std::string& 
     m.held.erase(it);
     for (auto& s : sessions)
       s->reply(http::status::ok, body, s->keep_alive);
+  });
+}
+
+void rendezvous_server::on_gloo_progress(
+    std::function<void(uint64_t, const std::string&, int, bool)> fn) {
+  std::promise<void> done;
+  net::post(impl_->io, [&] {
+    impl_->on_progress = std::move(fn);
+    done.set_value();
+  });
+  done.get_future().get();
+}
+
+uint16_t rendezvous_server::open_lot(uint64_t id) {
+  std::promise<uint16_t> done;
+  net::post(impl_->io, [&] {
+    auto& m = *impl_;
+    if (auto it = m.lots.find(id); it != m.lots.end())
+      return done.set_value(it->second.acceptor->local_endpoint().port());
+    auto acc = std::make_shared<tcp::acceptor>(m.io);
+    beast::error_code ec;
+    auto addr = net::ip::make_address(m.address, ec);
+    if (!ec)
+      ec = listen_on(*acc, addr, 0, 1024);
+    if (ec)
+      return done.set_value(0);
+    m.lots[id].acceptor = acc;
+    m.accept(acc, id);
+    done.set_value(acc->local_endpoint().port());
+  });
+  auto port = done.get_future().get();
+  if (port == 0)
+    throw std::runtime_error(
+        fmt::format("rendezvous server: cannot open a port for newcomers on {}", impl_->address));
+  return port;
+}
+
+void rendezvous_server::on_parked(std::function<void(uint64_t, int)> fn) {
+  std::promise<void> done;
+  net::post(impl_->io, [&] {
+    impl_->on_parked = std::move(fn);
+    done.set_value();
+  });
+  done.get_future().get();
+}
+
+void rendezvous_server::release_lot(uint64_t id) {
+  net::post(impl_->io, [&m = *impl_, id] {
+    auto it = m.lots.find(id);
+    if (it == m.lots.end() || it->second.released)
+      return;
+    it->second.released = true;
+    auto held = std::move(it->second.held);
+    for (auto& [session, req] : held)
+      session->handle(std::move(req));
+  });
+}
+
+void rendezvous_server::close_lot(uint64_t id) {
+  net::post(impl_->io, [&m = *impl_, id] {
+    auto it = m.lots.find(id);
+    if (it == m.lots.end())
+      return;
+    beast::error_code ignored;
+    it->second.acceptor->close(ignored);
+    auto held = std::move(it->second.held);
+    m.lots.erase(it);
+    for (auto& [session, req] : held)
+      session->close();
   });
 }
 

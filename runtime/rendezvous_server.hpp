@@ -22,9 +22,9 @@ struct rendezvous_options {
   std::string bind = "127.0.0.1"; // one address, never every interface by default
   uint16_t port = 0;              // 0 = a free port
   // Budgets, each separate, so that one kind of waiting cannot shut out the others:
-  size_t max_connections = 4096;  // connections reading or answering a request
-  size_t max_held = 16384;        // held rank_and_size requests (full: 503 at once)
-  size_t max_long_polls = 4096;   // long polls waiting (full: answered as if their wait ended)
+  size_t max_connections = 4096; // connections reading or answering a request
+  size_t max_held = 16384;       // held rank_and_size requests (full: 503 at once)
+  size_t max_long_polls = 4096;  // long polls waiting (full: answered as if their wait ended)
   // per client address (loopback, the driver's own host, is exempt): ordinary
   // connections and long polls of one address
   size_t max_connections_per_client = 1024;
@@ -127,6 +127,35 @@ public:
 
   /// Answers the held rank_and_size requests of one slot ("host:local_rank") with `body`.
   void answer_slot(const std::string& slot, const std::string& body);
+
+  /// Reports how far each rank of the served plan got in Horovod's Gloo rendezvous of the
+  /// scopes `global` and `cross_<local_rank>` (hvd.init() does global, local_<host>, then
+  /// cross_<local_rank>): `connected` false at its first PUT /<scope>/rank_<r> (it reached
+  /// that rendezvous), true at its DELETE /<scope>/<r> (Horovod's Finalize: it connected to
+  /// every peer of the scope). `rank` is the rank within the scope. Each at most once per
+  /// scope, rank and plan, ranks below the scope's planned size only; called on the
+  /// server's thread with the store's generation (1 for the first init() or release(),
+  /// then one more for each).
+  void on_gloo_progress(std::function<void(uint64_t store_generation, const std::string& scope,
+                                           int rank, bool connected)>
+                            fn);
+
+  // -- warm joins: parking lots ----------------------------------------------------------
+  // A newcomer of a plan that is not released yet starts at once and is pointed at a lot:
+  // a port of its own (same address) whose every request is held, unread by the store,
+  // until the lot's release. It thus waits at its first rendezvous without touching the
+  // scopes of the plan that runs (Horovod's keys carry no generation).
+
+  /// Opens lot `id` (a listening port, returned); `on_parked(id, rank)` is called (on the
+  /// server's thread) the first time a held request of the lot is a rank's first Gloo
+  /// request, PUT /global/rank_<rank>.
+  uint16_t open_lot(uint64_t id);
+  void on_parked(std::function<void(uint64_t lot, int rank)> fn);
+  /// The lot's held requests are served now, in the order they came, and every later one
+  /// as on the main port (call after the plan's release()).
+  void release_lot(uint64_t id);
+  /// Stops listening on the lot and closes its connections (its plan was replaced).
+  void close_lot(uint64_t id);
 
   /// Publishes the newest generation and its description; wakes update waiters.
   void set_update(uint64_t generation, const std::string& text);

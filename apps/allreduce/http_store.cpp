@@ -66,7 +66,7 @@ http_store::response http_store::request(const char* method, const std::string& 
       req.set(http::field::host, host_);
       req.body() = body;
       req.prepare_payload();
-      c.stream->expires_after(timeout_ + std::chrono::seconds(10));
+      c.stream->expires_after(timeout_ + hold_ + std::chrono::seconds(10));
       http::write(*c.stream, req);
       http::response_parser<http::string_body> parser;
       parser.body_limit(1u << 30);

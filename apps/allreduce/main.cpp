@@ -241,8 +241,10 @@ std::string name_peer(const std::string& what, cafhvd::http_store& peers, int si
 scope_context connect_scope(const std::string& kind, const std::string& scope, int rank, int size,
                             const std::string& addr, int port,
                             std::shared_ptr<gloo::transport::Device>& dev,
-                            std::chrono::milliseconds timeout) {
+                            std::chrono::milliseconds timeout,
+                            std::chrono::milliseconds hold = std::chrono::milliseconds(0)) {
   cafhvd::http_store store{addr, static_cast<uint16_t>(port), scope, rank, timeout};
+  store.allow_hold(hold);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   ctx->setTimeout(timeout);
   ctx->connectFullMesh(store, dev);
@@ -369,8 +371,7 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
     } else {
       auto rs = ras.try_get(slot);
       if (!rs)
-        throw std::runtime_error("rank_and_size: the rendezvous server has no answer for " +
-                                 slot);
+        throw std::runtime_error("rank_and_size: the rendezvous server has no answer for " + slot);
       v = parse_rank_and_size(*rs);
     }
     int rank = v[0], size = v[1];
@@ -383,7 +384,10 @@ int elastic_main(const options& opts, const std::string& host, int local_rank,
     ++joins;
     scope_context global;
     try {
-      global = connect_scope("global", "global", rank, size, addr, port, dev, timeout);
+      // A newcomer's first request may wait at its plan's lot until the running ranks
+      // re-join (warm joins): up to the elastic timeout.
+      global = connect_scope("global", "global", rank, size, addr, port, dev, timeout,
+                             joins == 1 ? join_timeout : std::chrono::milliseconds(0));
       // The new rank 0 holds the state; everybody takes it.
       std::vector<long> state(3, 0);
       if (rank == 0)

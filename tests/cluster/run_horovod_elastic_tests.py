@@ -326,7 +326,8 @@ class HorovodElastic(Scenarios, unittest.TestCase):
 
     def test_unreachable_notification_service_does_not_hang_the_job(self):
         """Rank 0's notification service is gone: the driver says it could not tell rank 0,
-        the job trains on at its size and ends; the added host's slot never starts."""
+        the job trains on at its size and ends; the added host's newcomer, which waited at
+        its first rendezvous for a release that never came, is stopped at the end."""
         steps = 40
         self.train_until_commit(steps, ("ha",), agents=("ha", "hb"), commit=5,
                                 env={"TRAIN_NO_NOTIFY": "1"})
@@ -336,7 +337,8 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         self.assertEqual(sizes, [1])
         self.assertRegex(err, r"warning: could not tell rank 0 \(ha:0\) of the host change of "
                               r"generation 2: lo 127\.0\.0\.1:\d+: connection refused")
-        self.assertIn("processes    1 (1 x exit 0); 2 generations", err)
+        self.assertIn("processes    2 (1 x code 137, 1 x exit 0); 2 generations", err)
+        self.assertFalse(self.events_named("generation.released", generation=2))
         self.assertIsNone(self.ours(HOROVOD_HOSTNAME="hb"))
 
     def wait_for_event(self, name, timeout, **context):
@@ -397,6 +399,153 @@ class HorovodElastic(Scenarios, unittest.TestCase):
                                    f"{text[-3000:]}\n{err[-2000:]}")
         resumed = [e for e in events if e[0] == "resume"]
         self.assertEqual(resumed[-1][3], "hb", resumed)
+
+    def test_rank_that_never_reaches_the_rendezvous_fails_at_the_start_timeout(self):
+        """A fresh process that never begins its Gloo rendezvous (hb's rank sleeps before
+        hvd.init()) is failed as its host's fault at --start-timeout. Its peers wait in
+        hvd.init()'s rendezvous for it, outside any try (horovod/common/operations.cc,
+        BackgroundThreadLoop -> GlooContext::Initialize): left there, they end with
+        std::terminate at HOROVOD_GLOO_TIMEOUT_SECONDS (HTTPStore::wait,
+        horovod/common/gloo/http_store.cc) and their hosts were blacklisted, so the job
+        failed. They never finished a rendezvous, so they hold no state: they are
+        restarted at once and the job trains to the end on ha and hc."""
+        steps = 30
+        for n in ("ha", "hb", "hc"):
+            self.c.node(n)
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        self.start(steps, "--start-timeout", "8", env={"TRAIN_START_DELAY": "hb:600"})
+        rc, text, err = self.finish(timeout=120)
+        events, sizes = self.check(text, err, steps, 2, rc_got=rc)
+        self.assertEqual(sizes, [2], text[-3000:])
+        self.assertRegex(err, r"rank 1 on host hb did not reach the job's rendezvous within 8 s "
+                              r"of its start \(--start-timeout\)")
+        self.assertIn("host hb is blacklisted", err)
+        for healthy in ("ha", "hc"):
+            self.assertNotIn(f"host {healthy} is blacklisted", err)
+            self.assertRegex(err, rf"rank \d on host {healthy} had not finished its first "
+                                  rf"rendezvous when generation 1 broke: it holds no state")
+        self.assertNotIn("terminate called", err)
+        restarted = [e["context"]["slot"] for e in read_events(self.events)
+                     if e["name"] == "rank.restarted"]
+        self.assertEqual(sorted(restarted), ["ha:0", "hc:0"], restarted)
+
+    # -- warm joins: a newcomer starts when its plan forms, waits at the plan's lot ------
+
+    def events_named(self, name, **context):
+        return [e for e in read_events(self.events) if e["name"] == name
+                and all(e["context"].get(k) == v for k, v in context.items())]
+
+    def last_step(self):
+        steps = [e[1] for e in self.program.parse("".join(self.lines))[0] if e[0] == "step"]
+        return steps[-1] if steps else 0
+
+    def test_newcomer_imports_while_the_others_train(self):
+        """hc's process takes 6 s to reach hvd.init() (a slow import). It starts when its
+        plan forms and waits at the plan's lot while ha and hb train on; they are told of
+        hc (Horovod's HostsUpdatedRequest) only once it waits there. Started at the
+        release instead (horovodrun's order: the survivors re-join first, then the
+        newcomer starts), the survivors would sit in rank_and_size's barrier for the whole
+        6 s. A parked newcomer's requests never reach the running plan's scopes: the
+        server hears of hc's slot only in generation 2."""
+        steps = 120
+        self.train_until_commit(steps, ("ha", "hb"), commit=10,
+                                env={"TRAIN_START_DELAY": "hc:6"})
+        before = self.last_step()
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 3, rc_got=rc)
+        self.assertEqual(sizes, [2, 3], text[-3000:])
+        grown_at = next(e[2] for e in events if e[0] == "resume" and e[1] == 3)
+        # 6 s of import at 200 ms a step: the survivors trained through most of it
+        self.assertGreaterEqual(grown_at - before, 15,
+                                f"the survivors stopped at step {grown_at} (hc was added after "
+                                f"step {before}): they waited for the newcomer's import\n"
+                                f"{err[-3000:]}")
+        log = read_events(self.events)
+        names = [(e["name"], e["context"].get("generation"), e["context"].get("slot"))
+                 for e in log]
+        parked = names.index(("rank.parked", 2, "hc:0"))
+        self.assertLess(parked, names.index(("generation.released", 2, None)), names)
+        self.assertTrue(any(n == ("notify.sent", 2, "ha:0") for n in names[parked:]), names)
+        hc_rendezvous = [e["context"]["generation"] for e in log
+                         if e["name"] == "rank.rendezvous" and e["context"]["slot"] == "hc:0"]
+        self.assertTrue(hc_rendezvous and min(hc_rendezvous) == 2, hc_rendezvous)
+        self.assertNotIn("blacklisted", err)
+
+    def test_newcomer_that_fails_before_its_release_costs_the_others_nothing(self):
+        """hc's newcomer is killed while it imports (before it reached its plan's lot):
+        its host is blacklisted, and the running ranks, never told of it, train on without
+        a single re-join (no rollback, no Gloo abort); the job forms its released plan
+        again. (Started at the release, a newcomer that dies takes the survivors, already
+        re-joined and waiting in its rendezvous, down with it.)"""
+        steps = 60
+        self.train_until_commit(steps, ("ha", "hb"), commit=10,
+                                env={"TRAIN_START_DELAY": "hc:30"})
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        self.wait_for_event("rank.started", 30, slot="hc:0")
+        os.kill(self.rank_pid("hc"), signal.SIGKILL)
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 2, rc_got=rc)
+        self.assertEqual(sizes, [2], f"the survivors re-joined: {text[-3000:]}")
+        self.assertRegex(err, r"rank 2 on host hc ended with signal 9.*; it was not released "
+                              r"yet: the running ranks go on")
+        self.assertIn("host hc is blacklisted", err)
+        self.assertRegex(err, r"generation 3: 2 ranks on ha:1,hb:1, as released")
+        self.assertFalse(self.events_named("gloo.abort"))
+        stepped = [e[1] for e in events if e[0] == "step"]
+        self.assertEqual(stepped, sorted(set(stepped)), "a step was done again")
+
+    def test_plan_replaced_while_a_newcomer_is_parked(self):
+        """hc's newcomer waits at generation 2's lot (the survivors commit only every 6 s,
+        longer than HOROVOD_GLOO_TIMEOUT_SECONDS, which a parked newcomer must outlast),
+        then hd appears: generation 3 replaces generation 2 before its release. hc's
+        newcomer, started with generation 2's ranks and sizes, is stopped (its held
+        request is dropped, never stored) and starts again for generation 3; the job grows
+        to 4 without blaming anyone or losing a step."""
+        steps = 90
+        self.train_until_commit(steps, ("ha", "hb"), commit=30,
+                                agents=("ha", "hb", "hc", "hd"),
+                                env={"TRAIN_COMMIT": "30", "HOROVOD_GLOO_TIMEOUT_SECONDS": "5"})
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        self.wait_for_event("rank.parked", 60, slot="hc:0", generation=2)
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1), ("hd", 1))
+        rc, text, err = self.finish(timeout=180)
+        events, sizes = self.check(text, err, steps, 4, rc_got=rc)
+        self.assertEqual(sizes[-1], 4, text[-3000:])
+        self.assertNotIn("blacklisted", err)
+        self.assertTrue(self.events_named("rank.unparked", slot="hc:0", generation=2))
+        released = [e["context"]["generation"] for e in self.events_named("generation.released")]
+        self.assertNotIn(2, released)
+        hc_rendezvous = [e["context"]["generation"] for e in self.events_named("rank.rendezvous",
+                                                                                slot="hc:0")]
+        self.assertTrue(hc_rendezvous and 2 not in hc_rendezvous, hc_rendezvous)
+        stepped = [e[1] for e in events if e[0] == "step"]
+        self.assertEqual(stepped, sorted(set(stepped)), "a step was done again")
+
+    def test_host_lost_at_the_release_blames_no_healthy_host(self):
+        """hb's rank is killed the moment generation 2 (hc added) is released, while every
+        rank of it is inside hvd.init()'s rendezvous. Horovod ends the ranks that wait
+        there for hb with std::terminate (the init rendezvous runs outside any try,
+        horovod/common/operations.cc); they are not at fault. The job goes on with a
+        state holder or fails at once saying the state is lost; either way ha and hc are
+        never blacklisted, and a successful end lost no step."""
+        steps = 60
+        self.train_until_commit(steps, ("ha", "hb"), commit=10,
+                                env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "5"})
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        self.wait_for_event("generation.released", 60, generation=2)
+        os.kill(self.rank_pid("hb"), signal.SIGKILL)
+        killed = time.monotonic()
+        rc, text, err = self.finish(timeout=120)
+        ended = time.monotonic() - killed
+        self.assertNotIn("host ha is blacklisted", err)
+        self.assertNotIn("host hc is blacklisted", err)
+        if rc == 0:
+            events, sizes = self.check(text, err, steps, 2, rc_got=rc)
+        else:
+            self.assertRegex(err, r"no host of generation \d+ is left to carry the job's "
+                                  r"state over", err[-3000:])
+            self.assertLess(ended, 40, err[-3000:])
 
     def test_registration_key_never_logged(self):
         """The worker's key (it prints it, for this test) reaches neither the driver's own

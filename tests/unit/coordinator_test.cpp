@@ -34,6 +34,8 @@ coordinator_client_actor::behavior_type fake_job(std::shared_ptr<heard> h) {
       [=](late_atom, uint64_t, std::vector<std::string>& fresh,
           std::vector<std::string>& carrying) { h->late.emplace_back(fresh, carrying); },
       [](notified_atom, uint64_t, std::string&, std::string&) {},
+      [](reached_atom, uint64_t, std::string&, bool, bool) {},
+      [](parked_atom, uint64_t, std::string&) {},
       [](tstore_atom, std::string&) {},
       [=](event_atom, std::string& name, std::string&) { h->events.push_back(name); },
   };

@@ -89,3 +89,16 @@ TEST_CASE("the state survives only on a running rank of the last released genera
   // nothing released yet: nothing to carry
   CHECK(state_carriers(0, procs, {"a", "b"}).empty());
 }
+
+TEST_CASE("a process that never finished a Gloo rendezvous carries no state") {
+  // b's process was released into generation 2 but is still inside hvd.init()'s first
+  // rendezvous when a's rank dies: it never received the state.
+  std::vector<slot_process> procs = {
+      {"a:0", "a", t0, 2, false, true},
+      {"b:0", "b", t0, 2, true, false},
+  };
+  CHECK(state_carriers(2, procs, {"a", "b"}).empty());
+  // once it finished one, it holds the state it was sent
+  procs[1].holds_state = true;
+  CHECK(state_carriers(2, procs, {"a", "b"}) == std::vector<std::string>{"b:0"});
+}

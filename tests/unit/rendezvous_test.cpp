@@ -13,6 +13,7 @@
 #include <vector>
 #include <sys/socket.h>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 
 #include "runtime/kv_store.hpp"
@@ -250,6 +251,101 @@ TEST_CASE("server: keeps the Gloo pair addresses ranks stored until the next pla
   CHECK(gloo.begin()->str() == "10.0.0.5:40001");
   srv.init(plan_3_plus_1());
   CHECK(srv.gloo_endpoints().empty());
+}
+
+TEST_CASE("server: reports each rank's Gloo rendezvous once per scope and plan: its first "
+          "PUT /<scope>/rank_<r>, its DELETE /<scope>/<r>, for global and cross_<k>") {
+  rendezvous_server srv{rendezvous_options{}};
+  std::mutex m;
+  using row = std::tuple<uint64_t, std::string, int, bool>;
+  std::vector<row> seen;
+  srv.on_gloo_progress([&](uint64_t g, const std::string& scope, int rank, bool connected) {
+    std::lock_guard<std::mutex> lock(m);
+    seen.emplace_back(g, scope, rank, connected);
+  });
+  auto reports = [&] {
+    // a request answered after the PUT or DELETE above: the report came before it
+    request(srv.port(), "GET", "/global/none");
+    std::lock_guard<std::mutex> lock(m);
+    return seen;
+  };
+  srv.init(plan_3_plus_1()); // store generation 1: A:3, B:1
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_2", "hosta")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_2", "hosta")) == 200);  // again
+  CHECK(status_of(request(srv.port(), "PUT", "/local_A/rank_0", "hosta")) == 200); // not reported
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_9", "hosta")) == 200);  // no such rank
+  CHECK(status_of(request(srv.port(), "PUT", "/global/2", "addrs")) == 200);       // not rank_
+  CHECK(status_of(request(srv.port(), "PUT", "/adhoc/rank_0", "x")) == 200);       // ad-hoc scope
+  CHECK(reports() == std::vector<row>{{1, "global", 2, false}});
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/2")) == 200);
+  // cross_0 has A's local rank 0 and B's: cross ranks 0 and 1; cross_2 only A's
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_0/rank_1", "hostb")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_0/rank_2", "hostb")) == 200); // too big
+  CHECK(status_of(request(srv.port(), "DELETE", "/cross_0/1")) == 200);
+  CHECK(reports()
+        == std::vector<row>{{1, "global", 2, false},
+                            {1, "global", 2, true},
+                            {1, "cross_0", 1, false},
+                            {1, "cross_0", 1, true}});
+  // a new plan: the same rank is reported again, with the store's new generation
+  srv.init(plan_3_plus_1());
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_2", "hostb")) == 200);
+  CHECK(reports().back() == row{2, "global", 2, false});
+}
+
+TEST_CASE("server: a lot holds a newcomer's requests, unread by the store, until its "
+          "release; a closed lot drops them") {
+  rendezvous_server srv{rendezvous_options{}};
+  std::mutex m;
+  std::vector<std::pair<uint64_t, int>> parked;
+  srv.on_parked([&](uint64_t lot, int rank) {
+    std::lock_guard<std::mutex> lock(m);
+    parked.emplace_back(lot, rank);
+  });
+  auto parked_now = [&] {
+    std::lock_guard<std::mutex> lock(m);
+    return parked;
+  };
+  // the running plan: A:3 (ranks 0-2); it has a key of its own
+  srv.init(get_host_assignments({{"A", 3}}, 3));
+  CHECK(status_of(request(srv.port(), "PUT", "/global/0", "rank 0's addresses")) == 200);
+  // generation 2 adds B: its newcomer (rank 3) starts at lot 2 and sends what Horovod's
+  // first hvd.init() sends first, with the exact bytes of its HTTPRequest client
+  auto lot = srv.open_lot(2);
+  CHECK(lot != srv.port());
+  CHECK(srv.open_lot(2) == lot); // asked again: the same lot
+  int fd = connect_to(lot);
+  std::string put =
+      "PUT /global/rank_3 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhostB";
+  REQUIRE(::write(fd, put.data(), put.size()) == static_cast<ssize_t>(put.size()));
+  // held: no answer, and the running plan's scope has neither its key nor lost its own
+  CHECK(read_all(fd, 300ms).empty());
+  CHECK(status_of(request(srv.port(), "GET", "/global/rank_3")) == 404);
+  CHECK(status_of(request(srv.port(), "GET", "/global/0")) == 200);
+  CHECK(parked_now() == std::vector<std::pair<uint64_t, int>>{{2, 3}});
+  CHECK(srv.stats().held == 1);
+  // released: the new plan's store takes it, and the newcomer gets its answer
+  srv.release(get_host_assignments({{"A", 3}, {"B", 1}}, 4));
+  srv.release_lot(2);
+  auto answer = read_all(fd, 1s);
+  ::close(fd);
+  CHECK(status_of(answer) == 200);
+  CHECK(body_of(request(srv.port(), "GET", "/global/rank_3")) == "hostB");
+  CHECK(status_of(request(srv.port(), "GET", "/global/0")) == 404); // the old plan's key
+  // later requests on the lot are served at once, as on the main port
+  CHECK(status_of(request(lot, "GET", "/global/rank_3")) == 200);
+
+  // a lot whose plan is replaced: its newcomer's connection is closed, nothing stored
+  auto lot3 = srv.open_lot(3);
+  int fd3 = connect_to(lot3);
+  std::string put3 =
+      "PUT /global/rank_4 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhostC";
+  REQUIRE(::write(fd3, put3.data(), put3.size()) == static_cast<ssize_t>(put3.size()));
+  CHECK(read_all(fd3, 300ms).empty());
+  srv.close_lot(3);
+  CHECK(read_all(fd3).empty()); // closed without an answer
+  ::close(fd3);
+  CHECK(status_of(request(srv.port(), "GET", "/global/rank_4")) == 404);
 }
 
 TEST_CASE("server: PUT, GET, 404, DELETE with Horovod's exact headers") {
