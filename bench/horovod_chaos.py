@@ -169,34 +169,44 @@ class Soak:
         for t in readers:
             t.start()
         # the schedule: 1-3 faults, each at a step of rank 0 or at the next release
+        # (a fault at a release follows a host change made for it at a step)
         plan = []
+        kinds = ["rank_kill", "agent_kill", "host_add", "host_remove", "rank_stop"]
         for _ in range(r.randint(1, 3)):
-            at = ("release", None) if r.random() < 0.3 else ("step", r.randint(8, self.a.steps - 15))
-            plan.append((at, r.choice(["rank_kill", "agent_kill", "host_add", "host_remove",
-                                       "rank_stop"])))
-        plan.sort(key=lambda x: (x[0][0] == "release", x[0][1] or 0))
+            step = r.randint(8, self.a.steps - 15)
+            if r.random() < 0.3:
+                plan.append((("step", step), r.choice(["host_add", "host_remove"])))
+                plan.append((("release", step), r.choice(kinds)))
+            else:
+                plan.append((("step", step), r.choice(kinds)))
+        plan.sort(key=lambda x: (x[0][1], x[0][0] == "release"))
         trained = set(members)  # hosts that may hold state (they trained or will)
         hit = set()             # ... of them, those a destructive fault took
         faults, in_window = [], False
         timers = []
         seen_released = 0
+        cancelled = set()
         for (when, step), kind in plan:
+            if (when, step) in cancelled:
+                continue
             # wait for the fault's moment (or the job's end)
             while p.poll() is None and time.monotonic() - t0 < self.a.hang_seconds:
                 if when == "step":
                     last = max([int(m.group(1)) for m in map(COMMITTED.match, out) if m] or [0])
                     if last >= step:
                         break
-                else:
-                    rel = self.released(events)
-                    if len(rel) > max(1, seen_released):
-                        seen_released = len(rel)
-                        break
+                elif len(self.released(events)) > seen_released:
+                    break
                 time.sleep(0.02)
             if p.poll() is not None:
                 break
+            seen_released = len(self.released(events))
             live = [h for h in members if h in self.agents.procs]
             desc = None
+            if kind == "host_add" and not set(names) - members:
+                kind = "host_remove"  # every host is in: the change is a removal
+            if kind == "host_remove" and len(members) == 1:
+                kind = "host_add"
             if kind in ("rank_kill", "rank_stop") and live:
                 host = r.choice(sorted(live))
                 pid = self.rank_pid(token, host)
@@ -234,6 +244,9 @@ class Soak:
                 desc = f"host_remove@{host}"
             if desc:
                 faults.append(desc + ("@release" if when == "release" else f"@{step}"))
+            elif when == "step" and kind in ("host_add", "host_remove"):
+                # no change made: the fault meant for its release would wait in vain
+                cancelled.add(("release", step))
                 in_window = in_window or when == "release"
         hung = False
         try:

@@ -616,6 +616,105 @@ TEST_CASE_FIXTURE(fixture, "elastic: a host removed from discovery keeps its ran
   interrupt();
 }
 
+// -- warm joins and hvd.init()'s rendezvous ------------------------------------------------
+
+namespace {
+
+// What the rendezvous server tells the coordinator when a rank of the served plan (store
+// generation `g`) begins (connected false) or finishes a Gloo rendezvous of `scope`.
+void gloo_progress(fixture& f, uint64_t g, const std::string& scope, int rank, bool connected) {
+  caf::anon_send(f.coordinator(), reached_atom::value, g, scope, int32_t{rank}, connected);
+  f.sched.run();
+}
+
+// ... and when a newcomer's first request, PUT /global/rank_<rank>, is held at lot `g`.
+void park(fixture& f, uint64_t g, int rank) {
+  caf::anon_send(f.coordinator(), parked_atom::value, g, int32_t{rank});
+  f.sched.run();
+}
+
+size_t count_named(const std::vector<nlohmann::json>& ev, const std::string& name) {
+  return static_cast<size_t>(
+      std::count_if(ev.begin(), ev.end(), [&](auto& e) { return e["name"] == name; }));
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a newcomer starts when its plan forms, pointed "
+                           "at the plan's lot; the plan is released only once it waits there") {
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  gloo_progress(*this, 1, "global", 0, false); // the ranks speak Gloo through the server
+  auto main_port = env_value(log.envs[slot_on("a", 0)], "HOROVOD_GLOO_RENDEZVOUS_PORT");
+  discover("a:1:1\nb:2:1\nc:3:1\n"); // c joins: generation 2 forms
+  REQUIRE(log.envs.size() == 3);     // c's process started already, with generation 2's place
+  auto& c_env = log.envs[slot_on("c", 0)];
+  CHECK(env_value(c_env, "HOROVOD_RANK") == "2");
+  CHECK(env_value(c_env, "HOROVOD_SIZE") == "3");
+  CHECK(env_value(c_env, "CAF_HVD_GENERATION") == "2");
+  CHECK(env_value(c_env, "HOROVOD_GLOO_RENDEZVOUS_PORT") != main_port); // the lot
+  // the running ranks re-join (told, or after a failure): the plan still waits for c
+  vote("a", 0);
+  vote("b", 0);
+  CHECK(names_of("generation.released").size() == 1);
+  CHECK(count_named(events(), "generation.ready") == 0);
+  park(*this, 2, 2); // c's first request reached the lot
+  CHECK(count_named(events(), "rank.parked") == 1);
+  CHECK(count_named(events(), "generation.ready") == 1);
+  CHECK(names_of("generation.released")
+        == std::vector<std::string>{"generation.released:1", "generation.released:2"});
+  CHECK(log.envs.size() == 3); // nothing started at the release
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a newcomer that fails before its release costs "
+                           "the running ranks nothing: the released plan resumes, untold") {
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  gloo_progress(*this, 1, "global", 0, false);
+  auto a0 = slot_on("a", 0), b0 = slot_on("b", 0);
+  discover("a:1:1\nb:2:1\nc:3:1\n");
+  exit(slot_on("c", 0), 1); // the newcomer dies while it imports
+  auto ev = events();
+  CHECK(count_named(ev, "host.blacklisted") == 1);
+  CHECK(count_named(ev, "notify.change") == 1); // generation 2's, never sent (no notify.sent)
+  CHECK(count_named(ev, "notify.sent") == 0);
+  // generation 3 is the released plan again: released at once, nobody re-joins
+  CHECK(names_of("generation.released")
+        == std::vector<std::string>{"generation.released:1", "generation.released:3"});
+  CHECK(log.signals[a0].empty());
+  CHECK(log.signals[b0].empty());
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: an abort inside a rendezvous that a peer's failure broke "
+                           "blames no host, even when it is reported first") {
+  // Horovod 0.28.1's init-time rendezvous runs outside any try (operations.cc): a rank
+  // whose peer dies there ends with std::terminate, often before the peer's end is seen.
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\nc:3:1\n");
+  for (int r = 0; r < 3; ++r) { // every rank began hvd.init(); none finished it
+    gloo_progress(*this, 1, "global", r, false);
+    gloo_progress(*this, 1, "global", r, true);
+    gloo_progress(*this, 1, "cross_0", r, false);
+  }
+  auto a0 = slot_on("a", 0), b0 = slot_on("b", 0), c0 = slot_on("c", 0);
+  caf::anon_send(job, exited_atom::value, rank_exit{a0, "fake", 0, SIGABRT, {}, {}});
+  log.workers.erase(a0);
+  sched.run();
+  CHECK(count_named(events(), "host.blacklisted") == 0); // judged a moment later
+  exit(b0, 1);                                           // the cause: b's rank failed
+  sched.advance_time(std::chrono::milliseconds(1100));
+  sched.run();
+  auto ev = events();
+  CHECK(count_named(ev, "host.blacklisted") == 1); // b's host only
+  CHECK(count_named(ev, "rank.collateral") == 1);  // a's abort
+  // c never finished hvd.init(): it holds no state and starts afresh in the next plan
+  CHECK(count_named(ev, "rank.restarted") == 1);
+  CHECK(log.signals[c0] == std::vector<int32_t>{SIGKILL});
+  interrupt();
+}
+
 // -- executor mode -------------------------------------------------------------------------
 
 namespace {
