@@ -140,10 +140,12 @@ struct eslot {
   std::string key;      // slot_key(host, local rank), rank_and_size's key
   std::string endpoint; // its host
   worker_actor worker;
-  bool running = false; // its process runs (or is being started)
-  bool retired = false; // stopped or removed by us: its exit is not a failure
-  uint64_t joined = 0;  // the last generation it was answered for
-  int rank = -1;        // in the current plan, or the last one it had
+  bool running = false;        // its process runs (or is being started)
+  bool retired = false;        // stopped or removed by us: its exit is not a failure
+  uint64_t joined = 0;         // the last generation it was answered for
+  uint64_t rendezvous_gen = 0; // ... and whose hvd.init() it went through (a resumed plan
+                               // has none)
+  int rank = -1;               // in the current plan, or the last one it had
   int exit_code = -1;
   bool launched = false;               // its process was started
   bool launching = false;              // its launch was asked for

@@ -404,13 +404,16 @@ void job::on_complete(uint64_t g) {
 void job::release_generation(bool resumed) {
   gen_.released = true;
   for (auto& [key, row] : gen_.rows)
-    if (auto* s = current(key); s && s->launching && !gen_.fresh.count(key))
+    if (auto* s = current(key); s && s->launching && !gen_.fresh.count(key)) {
       s->joined = gen_.number;
+      if (!resumed && elastic_)
+        s->rendezvous_gen = gen_.number; // it re-joins: hvd.init() again
+    }
   // its newcomers, parked at its lot, go on into its rendezvous
   for (auto& [id, s] : slots_)
     if (s.warm_for == gen_.number) {
       s.warm_for = 0;
-      s.joined = gen_.number;
+      s.joined = s.rendezvous_gen = gen_.number;
     }
   lot_gen_ = 0;
   lot_port_ = 0;

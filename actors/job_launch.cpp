@@ -226,7 +226,7 @@ void job::launch_slots(const std::string& ep, const std::vector<uint32_t>& ids) 
     s->launching = true;
     s->launch_pending = true;
     if (elastic_ && gen_.released)
-      s->joined = gen_.number; // it starts in the released plan: it takes the state
+      s->joined = s->rendezvous_gen = gen_.number; // it starts in the released plan
     else if (elastic_)
       s->warm_for = gen_.number; // it waits at the forming plan's lot
     if (executor() && !boot_.empty())

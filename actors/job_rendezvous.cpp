@@ -98,16 +98,31 @@ void job::break_generation() {
   if (!speaks_gloo_)
     return;
   for (auto& [id, s] : slots_) {
-    if (!s.running || s.retired || !s.launching || !is_current(s) || initialized_gen(s) > 0)
+    if (!s.running || s.retired || !s.launching || !is_current(s))
       continue;
+    auto host = hosts_.at(s.endpoint).info.name;
+    if (initialized_gen(s) == 0) {
+      say("rank {} on host {} had not finished its first rendezvous when generation {} broke: "
+          "it holds no state; restarting its slot",
+          s.rank, host, released_gen_);
+      events_.emit("rank.restarted",
+                   {{"slot", s.key}, {"rank", s.rank}, {"generation", released_gen_}});
+    } else if (s.rendezvous_gen == released_gen_ && s.global_gen < released_gen_) {
+      // It holds state but is inside the broken plan's rendezvous of scope global, which
+      // every rank shares: it cannot finish it, and Horovod would end it with
+      // std::terminate only at HOROVOD_GLOO_TIMEOUT_SECONDS. Its state is lost either
+      // way; stopped now, the job goes on (or says that the state is gone) at once.
+      say("rank {} on host {} was inside generation {}'s rendezvous, which cannot finish "
+          "now (Horovod would end it at HOROVOD_GLOO_TIMEOUT_SECONDS): stopping it; the "
+          "state it held is lost with it",
+          s.rank, host, released_gen_);
+      events_.emit("rank.doomed",
+                   {{"slot", s.key}, {"rank", s.rank}, {"generation", released_gen_}});
+    } else {
+      continue;
+    }
     s.retired = true;
     send(coord_, leave_atom::value, s.key);
-    auto host = hosts_.at(s.endpoint).info.name;
-    say("rank {} on host {} had not finished its first rendezvous when generation {} broke: "
-        "it holds no state; restarting its slot",
-        s.rank, host, released_gen_);
-    events_.emit("rank.restarted",
-                 {{"slot", s.key}, {"rank", s.rank}, {"generation", released_gen_}});
     if (s.worker)
       send(s.worker, terminate_atom::value, int32_t{SIGKILL});
   }
@@ -121,7 +136,8 @@ void job::break_generation() {
 // peer's end, a lost agent) may be reported after the abort it caused.
 bool job::collateral_exit(eslot& s, const std::string& how, int signal, const std::string& why) {
   if (!elastic_ || !speaks_gloo_ || signal != SIGABRT || released_gen_ == 0
-      || s.joined != released_gen_ || initialized_gen(s) >= s.joined)
+      || s.joined != released_gen_ || s.rendezvous_gen != released_gen_
+      || initialized_gen(s) >= s.rendezvous_gen)
     return false;
   s.running = false;
   if (broken_gen_ == released_gen_) {

@@ -424,7 +424,7 @@ class Bench:
         finally:
             job.l.stop()
 
-    def growth(self, launcher, delay, interval=1, cold=False):
+    def growth(self, launcher, delay, interval=1, cold=False):  # noqa: C901
         """ms from the third host's appearance in the discovery output (`delay` s after the
         trigger step) to the first commit at size 3, and the breakdown."""
         self.set_hosts(self.host_lines(launcher, 2))
@@ -438,18 +438,21 @@ class Bench:
             after = [c for c in self.discovery_calls() if c >= wall_add]
             ran = (after[0] - wall_add) * 1000 if after else None
             ms = (t - t_add) * 1000
-            # The survivors' pause: the longest gap between rank 0's consecutive commits
-            # from the last one before the host appeared to the first at size 3, less the
-            # program's own gap between commits (the median before the host appeared).
-            before = [c for c, _ in job.commits if c < t_add]
+            # The survivors' pause: the longest gap between rank 0's consecutive step lines
+            # from the host's appearance to the first commit at size 3, less the
+            # program's own gap between steps (the median before the host appeared). Step
+            # lines, not commit lines: the commit at which the ranks act on the notice
+            # saves and then raises HostsUpdatedInterrupt, so it prints no `committed`.
+            before = [st for st, _, _ in job.steps if st < t_add]
             steady = statistics.median([b - a for a, b in zip(before, before[1:])]) \
                 if len(before) >= 3 else None
-            window = [c for c in before[-1:]] + [c for c, _ in job.commits if t_add <= c <= t]
+            window = before[-1:] + [st for st, _, _ in job.steps if t_add <= st <= t]
             gap = max((b - a for a, b in zip(window, window[1:])), default=None)
             resumed = seen.get("resume")
             own = (t - resumed) * 1000 if resumed else None  # the new size's first 5 steps
-            cold_start = launcher == "horovodrun" or cold
-            program = (own or 0) + (self.import_ms if cold_start else 0)
+            # the newcomer's imports are the program's under any launcher (warm joins run
+            # them while the survivors train, the others while they wait)
+            program = (own or 0) + self.import_ms
             parts = {
                 "discovery script ran": ran,
                 "rank 0 resumed at 3": (resumed - t_add) * 1000 if resumed else None,
@@ -620,12 +623,12 @@ def main():
         print(f"| {scenario} | {label} | " + " | ".join(fmt(x) for x in ms)
               + f" | {fmt(med(ms))} | {fmt(min(ms))} - {fmt(max(ms))} |")
     print(f"\nThe program's imports (torch, horovod.torch) take {fmt(bench.import_ms)} ms "
-          "(median of 3 fresh interpreters). Growth's program's share: the new size's steps "
-          "up to its first commit (from rank 0's resume), plus those imports where the "
-          "newcomer starts only after the survivors re-joined (horovodrun, --cold-joins); the "
+          "(median of 3 fresh interpreters). Growth's program's share: the newcomer's imports "
+          "plus the new size's steps up to its first commit (from rank 0's resume); the "
           "launcher's share is the rest. The survivors' pause: the longest gap between rank "
-          "0's consecutive commits from the last one before the host appeared to the first "
-          "at size 3, less the median gap before it (the program's own pace). caf-hvd's loss "
+          "0's consecutive step lines from the host's appearance to the first commit at size "
+          "3, less the median gap between steps before it (the program's own pace; step "
+          "lines, as the commit that acts on the notice prints nothing). caf-hvd's loss "
           "window: from the release of the grown generation to the last of its ranks "
           "finishing hvd.init()'s rendezvous (its event log).\n")
     print("\nBreakdown (medians; ms after the kill, or after the host appeared):\n")

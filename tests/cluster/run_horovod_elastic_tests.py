@@ -526,12 +526,13 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         """hb's rank is killed the moment generation 2 (hc added) is released, while every
         rank of it is inside hvd.init()'s rendezvous. Horovod ends the ranks that wait
         there for hb with std::terminate (the init rendezvous runs outside any try,
-        horovod/common/operations.cc); they are not at fault. The job goes on with a
-        state holder or fails at once saying the state is lost; either way ha and hc are
-        never blacklisted, and a successful end lost no step."""
+        horovod/common/operations.cc); they are not at fault, and a state holder still
+        inside the rendezvous of scope global cannot finish it: it is stopped at once
+        rather than at HOROVOD_GLOO_TIMEOUT_SECONDS (30 s here). Within seconds the job
+        goes on with a state holder or fails saying the state is lost; either way ha and
+        hc are never blacklisted, and a successful end lost no step."""
         steps = 60
-        self.train_until_commit(steps, ("ha", "hb"), commit=10,
-                                env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "5"})
+        self.train_until_commit(steps, ("ha", "hb"), commit=10)
         self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
         self.wait_for_event("generation.released", 60, generation=2)
         os.kill(self.rank_pid("hb"), signal.SIGKILL)
@@ -545,7 +546,8 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         else:
             self.assertRegex(err, r"no host of generation \d+ is left to carry the job's "
                                   r"state over", err[-3000:])
-            self.assertLess(ended, 40, err[-3000:])
+            self.assertLess(ended, 20, f"the job ended {ended:.1f} s after the kill "
+                                       f"(Horovod's Gloo timeout is 30 s):\n{err[-3000:]}")
 
     def test_registration_key_never_logged(self):
         """The worker's key (it prints it, for this test) reaches neither the driver's own
