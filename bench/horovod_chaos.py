@@ -142,6 +142,14 @@ class Soak:
         except (OSError, ValueError):
             return []
 
+    def last_release(self, events):
+        try:
+            with open(events) as f:
+                return [json.loads(x)["timestamp"] for x in f
+                        if '"generation.released"' in x][-1]
+        except (OSError, ValueError, IndexError):
+            return time.time()
+
     def job(self, n):
         r = random.Random(f"{self.a.seed}-{n}")
         self.agents.ensure()
@@ -242,12 +250,16 @@ class Soak:
                 hit.add(host)
                 self.publish(members)
                 desc = f"host_remove@{host}"
-            if desc:
-                faults.append(desc + ("@release" if when == "release" else f"@{step}"))
+            if desc and when == "release":
+                # how long after the release it struck (the event's time, wall clock)
+                after = (time.time() - self.last_release(events)) * 1000
+                faults.append(f"{desc}@release+{after:.0f}ms")
+                in_window = True
+            elif desc:
+                faults.append(f"{desc}@{step}")
             elif when == "step" and kind in ("host_add", "host_remove"):
                 # no change made: the fault meant for its release would wait in vain
                 cancelled.add(("release", step))
-                in_window = in_window or when == "release"
         hung = False
         try:
             p.wait(timeout=max(1, self.a.hang_seconds - (time.monotonic() - t0)))
@@ -358,6 +370,7 @@ def main():
     a = ap.parse_args()
     if not 3 <= a.hosts <= len(NAMES):
         sys.exit(f"--hosts must be between 3 and {len(NAMES)}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # leave no agent behind
     site = horovod_site()
     print(f"horovod chaos: jobs {a.first}-{a.first + a.jobs - 1} on {a.hosts} agents, seed "
           f"{a.seed}: python3 bench/horovod_chaos.py {' '.join(sys.argv[1:])}", flush=True)
