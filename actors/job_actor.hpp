@@ -284,7 +284,7 @@ private:
   void arm_rendezvous_deadline(const eslot& s);
   void rendezvous_overdue(uint32_t id);
   void fail_unreached(eslot& s);
-  void break_generation();
+  void break_generation(const std::string& failed_ep);
   bool collateral_exit(eslot& s, const std::string& how, int signal, const std::string& why);
   void judge_abort(uint32_t id);
   void spare(eslot& s, const std::string& how, const std::string& cause);

@@ -526,7 +526,7 @@ void job::on_down(const caf::down_msg& dm) {
       }
       say("{}", what);
       blacklist(ep);
-      break_generation();
+      break_generation(ep);
       abort_gloo();
       reconsider();
     } else if (had_ranks) {

@@ -435,7 +435,7 @@ void job::slot_failed(eslot& s, const std::string& why) {
   say("{}", what);
   reset_reason_ = "after a failure";
   blacklist(s.endpoint);
-  break_generation();
+  break_generation(s.endpoint);
   abort_gloo();
   reconsider();
   maybe_finish();

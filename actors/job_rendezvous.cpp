@@ -13,7 +13,9 @@
 //
 // Only jobs whose ranks speak Gloo through the server (a rank began a rendezvous) are
 // held to these rules: other programs (torch's env://, scripts that only vote) never
-// write /global/rank_<r>.
+// write /global/rank_<r>. Executors are not (their ranks rendezvous inside calls). A
+// program that speaks Gloo through the server must finish each rendezvous as Horovod's
+// does (DELETE /<scope>/<rank>): a process that never does is taken to hold no state.
 #include "actors/job_actor.hpp"
 
 namespace cafhvd::driver_impl {
@@ -36,7 +38,9 @@ void job::on_reached(uint64_t g, const std::string& key, bool cross, bool connec
                                      {"scope", cross ? "cross" : "global"},
                                      {"connected", connected}});
   }
-  if (speaks_gloo_)
+  // Executors' ranks rendezvous only inside a call, each call anew: the rules below are
+  // for programs whose processes are the training (an executor's may outlive many).
+  if (speaks_gloo_ || executor())
     return;
   speaks_gloo_ = true;
   // Processes that were past their start deadline before any rank spoke Gloo: now that
@@ -80,7 +84,7 @@ void job::fail_unreached(eslot& s) {
     return;
   reset_reason_ = "after a failure";
   blacklist(s.endpoint); // stops its processes
-  break_generation();
+  break_generation(s.endpoint);
   abort_gloo();
   reconsider();
   maybe_finish();
@@ -91,12 +95,25 @@ void job::fail_unreached(eslot& s) {
 // finish this one (a peer is gone): they are killed now, without blame, and their slots start
 // afresh in the next plan. Left alone, such a process would be carried into the next plan as if it
 // held state, and would rendezvous with the broken plan's ranks and sizes from its environment.
-void job::break_generation() {
+void job::break_generation(const std::string& failed_ep) {
   if (!elastic_ || released_gen_ == 0)
     return;
   broken_gen_ = released_gen_;
   if (!speaks_gloo_)
     return;
+  // The failed host's local ranks in the broken plan: their cross_<k> scopes cannot
+  // finish either.
+  std::set<int> failed_local;
+  auto fit = hosts_.find(failed_ep);
+  for (auto& row : released_plan_)
+    if (fit != hosts_.end() && row.hostname == fit->second.info.name)
+      failed_local.insert(row.local_rank);
+  auto own_local = [&](const eslot& s) {
+    for (auto& row : released_plan_)
+      if (slot_key(row.hostname, row.local_rank) == s.key)
+        return row.local_rank;
+    return -1;
+  };
   for (auto& [id, s] : slots_) {
     if (!s.running || s.retired || !s.launching || !is_current(s))
       continue;
@@ -107,11 +124,14 @@ void job::break_generation() {
           s.rank, host, released_gen_);
       events_.emit("rank.restarted",
                    {{"slot", s.key}, {"rank", s.rank}, {"generation", released_gen_}});
-    } else if (s.rendezvous_gen == released_gen_ && s.global_gen < released_gen_) {
-      // It holds state but is inside the broken plan's rendezvous of scope global, which
-      // every rank shares: it cannot finish it, and Horovod would end it with
-      // std::terminate only at HOROVOD_GLOO_TIMEOUT_SECONDS. Its state is lost either
-      // way; stopped now, the job goes on (or says that the state is gone) at once.
+    } else if (s.rendezvous_gen == released_gen_ && initialized_gen(s) < released_gen_
+               && (s.global_gen < released_gen_ || failed_local.count(own_local(s)))) {
+      // It holds state but is inside the broken plan's hvd.init() in a scope the failed
+      // host's ranks share (global: every rank; cross_<k>: the same local rank): it
+      // cannot finish it, and Horovod would end it with std::terminate only at
+      // HOROVOD_GLOO_TIMEOUT_SECONDS (a soak saw such ranks neither end nor re-join for
+      // 30 s). Its state is lost either way; stopped now, the job goes on (or says that
+      // the state is gone) at once.
       say("rank {} on host {} was inside generation {}'s rendezvous, which cannot finish "
           "now (Horovod would end it at HOROVOD_GLOO_TIMEOUT_SECONDS): stopping it; the "
           "state it held is lost with it",

@@ -283,6 +283,8 @@ using worker_ptr = worker_actor::stateful_pointer<worker_state>;
 
 // deadline_atom's id for "the channel reached EOF with calls outstanding"
 constexpr uint64_t eof_check = ~uint64_t{0};
+// ... and for "the process exited, its channel has not reached EOF yet"
+constexpr uint64_t exit_check = ~uint64_t{0} - 1;
 
 // The reader thread turns frames into messages: answers straight to the job when
 // nothing of the rank is on its way through the worker (call_book), the rest to the
@@ -307,8 +309,8 @@ void open_channel(worker_ptr self, int fd, uint64_t max_frame) {
             auto problem =
                 book->calls.empty()
                     ? fmt::format("answered call {} with no call outstanding", f.id)
-                    : fmt::format("answered call {} while call {} was the oldest outstanding",
-                                  f.id, book->calls.front());
+                    : fmt::format("answered call {} while call {} was the oldest outstanding", f.id,
+                                  book->calls.front());
             g.unlock();
             caf::anon_send(hdl, chanend_atom::value, problem);
             return;
@@ -493,16 +495,29 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         auto& st = self->state;
         if (st.channel_broken)
           return;
-        if (!problem.empty())
-          return channel_broke(self, problem);
+        if (!problem.empty()) {
+          channel_broke(self, problem);
+          if (st.held_exit)
+            report_exit(*std::exchange(st.held_exit, std::nullopt));
+          return;
+        }
         // A process that dies closes its channel first: give its exit report a moment
         // to name the death before calling the EOF itself the cause.
         st.channel_eof = true;
+        // It exited first: everything it wrote has gone on now (the reader hands each
+        // frame on before it reports the EOF), so its exit follows its last result.
+        if (st.held_exit)
+          return report_exit(*std::exchange(st.held_exit, std::nullopt));
         if (st.book->size() > 0)
           self->delayed_send(self, std::chrono::seconds(2), deadline_atom::value, eof_check);
       },
       [=](deadline_atom, uint64_t id) {
         auto& st = self->state;
+        if (id == exit_check) { // a descendant keeps its channel open: the exit goes on
+          if (st.held_exit)
+            report_exit(*std::exchange(st.held_exit, std::nullopt));
+          return;
+        }
         if (st.channel_broken)
           return;
         if (id == eof_check) {
@@ -527,7 +542,18 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
                   [window](caf::error&) { window->release(); });
       },
       [=](exited_atom, rank_exit& ex) {
-        report_exit(exit_status{ex.code, ex.signal, ex.exec_error});
+        auto& st = self->state;
+        exit_status es{ex.code, ex.signal, ex.exec_error};
+        // The exit is seen on another thread than the channel's frames: a frame the
+        // process wrote just before it ended (an elastic rank's result) may not be read
+        // yet. The exit waits for the channel's EOF (at most 2 s), or the job would fail
+        // the call and drop the result that follows.
+        if (st.channel && !st.channel_eof && !st.channel_broken) {
+          st.held_exit = es;
+          self->delayed_send(self, std::chrono::seconds(2), deadline_atom::value, exit_check);
+          return;
+        }
+        report_exit(es);
       },
   };
 }

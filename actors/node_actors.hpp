@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,7 @@ struct colocator_state {
   std::map<uint32_t, int32_t> pids;         // their processes (caf-hvd-exec, a group leader)
   std::map<uint64_t, caf::typed_response_promise<gloo_abort_report>> aborts;
   uint64_t next_abort = 1;
-  std::shared_ptr<gpu_pool> gpu_pool_held;  // set once devices are lent to this job
+  std::shared_ptr<gpu_pool> gpu_pool_held; // set once devices are lent to this job
   uint64_t gpu_owner = 0;
   static inline const char* name = "colocator";
 };
@@ -81,7 +82,10 @@ struct worker_state {
   std::unique_ptr<frame_channel> channel;
   std::shared_ptr<call_book> book = std::make_shared<call_book>();
   bool channel_broken = false; // the job was told why (chanfail); the process is killed
-  bool channel_eof = false; // the process closed its end
+  bool channel_eof = false;    // the process closed its end
+  // executor mode: the process exited before its channel reached EOF; its exit goes to
+  // the job once every frame it wrote before it (an elastic rank's result) has gone on
+  std::optional<exit_status> held_exit;
   ~worker_state() {
     window->close();
     log_window->close();

@@ -5,7 +5,7 @@ DistributedOptimizer, a commit every 5 steps) on node agents on loopback, each j
 random faults, each judged.
 
 usage: bench/horovod_chaos.py [--jobs N] [--first K] [--seed X] [--hosts H] [--steps S]
-                              [--build DIR] [--log FILE]
+                              [--build DIR] [--log FILE] [--verbose]
 
 Jobs are numbered; job n's faults come from a generator seeded with (seed, n), so a run
 of jobs K..K+N-1 (--first K) is the same as those jobs of a longer run: resumable batches.
@@ -164,7 +164,7 @@ class Soak:
         cmd = [CAF_HVD, "driver", "--host-discovery-script", self.script,
                "--discovery-interval", "0.2", "--min-np", "1", "--max-np", str(len(names)),
                "--elastic-timeout", "30", "--start-timeout", "30", "--kill-grace-seconds", "2",
-               "--link-timeout", "3", "--events", events]
+               "--link-timeout", "3", "--events", events] + (["--verbose"] if self.a.verbose else [])
         for k, v in env.items():
             cmd += ["--env", f"{k}={v}"]
         cmd += ["--", PYTHON, TRAIN]
@@ -366,6 +366,7 @@ def main():
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--hang-seconds", type=float, default=240.0)
     ap.add_argument("--log", default=None, help="append every job's output to this file")
+    ap.add_argument("--verbose", action="store_true", help="drivers with --verbose (to --log)")
     ap.add_argument("--build", default=None)
     a = ap.parse_args()
     if not 3 <= a.hosts <= len(NAMES):

@@ -818,6 +818,13 @@ exec sh -c "$*"
         os.chmod(path, 0o755)
         return path, log
 
+    def own_ssh_agents(self):
+        """This suite's agents started over ssh (with their sh wrappers): processes of
+        other suites, benchmarks or shells on this machine do not count."""
+        ours = set(harness.pids_with_env_entry("CAF_HVD_CLUSTER_DIR",
+                                               os.environ["CAF_HVD_CLUSTER_DIR"]))
+        return [pid for pid in pids_matching("--exit-on-stdin-eof") if pid in ours]
+
     def test_agents_over_ssh_for_one_job(self):
         ssh, log = self.fake_ssh()
         show = ["sh", "-c", "echo $HOROVOD_RANK $HOROVOD_HOSTNAME"]
@@ -828,7 +835,7 @@ exec sh -c "$*"
         self.assertEqual({r: l[0] for r, l in rank_lines(out).items()},
                          {0: "0 127.0.0.1", 1: "1 127.0.0.1", 2: "2 127.0.0.2",
                           3: "3 127.0.0.2"})
-        wait_until(lambda: not pids_matching("--exit-on-stdin-eof"), 10,
+        wait_until(lambda: not self.own_ssh_agents(), 10,
                    "the job's agents to end with it")
         # a host whose sshd is down: named with ssh's own error, nothing left running
         rc, out, err = self.c.run(base + ["-H", "127.0.0.1:1,127.0.0.3:1", "-np", "2", "--",
@@ -837,7 +844,7 @@ exec sh -c "$*"
         self.assertIn("cannot start node agents over ssh:\n  host 127.0.0.3: ", err)
         self.assertIn("ssh: connect to host 127.0.0.3 port 22: Connection refused", err)
         self.assertEqual(rank_lines(out), {})
-        wait_until(lambda: not pids_matching("--exit-on-stdin-eof"), 10, "no agent left")
+        wait_until(lambda: not self.own_ssh_agents(), 10, "no agent left")
         # an agent that already answers at the host's port is used, not started again
         port = self.c.node("already")
         os.remove(log)
@@ -850,24 +857,27 @@ exec sh -c "$*"
 
     def test_agents_over_ssh_end_with_a_killed_driver(self):
         ssh, _ = self.fake_ssh()
+        # unique to this test: any other "sleep 300" on the machine (a shell waiting, the
+        # multihost suite's ranks) is not one of its ranks
+        rank_cmd = f"sleep 300.{self.marker}"
         p = self.c.start(["driver", "--launcher", "ssh", "--ssh-command", ssh, "-H",
                           "127.0.0.1:1,127.0.0.2:1", "-np", "2", "--", "sh", "-c",
-                          "echo up; exec sleep 300"])
+                          f"echo up; exec {rank_cmd}"])
         seen = 0
         while seen < 2:
             line = p.stdout.readline()
             self.assertTrue(line, "the job ended early")
             seen += "up" in line
-        agents = pids_matching("--exit-on-stdin-eof")
+        agents = self.own_ssh_agents()
         self.assertGreaterEqual(len(agents), 2)  # agents, with their ssh sessions
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-        # the ranks themselves (command lines starting with "sleep 300")
+        # the ranks themselves (command lines starting with rank_cmd)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and (pids_matching("--exit-on-stdin-eof")
-                                               or pids_matching("sleep 300", prefix=True)):
+        while time.monotonic() < deadline and (self.own_ssh_agents()
+                                               or pids_matching(rank_cmd, prefix=True)):
             time.sleep(0.1)
-        left = pids_matching("--exit-on-stdin-eof") + pids_matching("sleep 300", prefix=True)
+        left = self.own_ssh_agents() + pids_matching(rank_cmd, prefix=True)
         self.assertEqual(harness.describe_pids(left), [], "left after the driver's SIGKILL")
 
     def test_descriptor_limit_raised_for_caf_hvd_not_for_its_ranks(self):

@@ -528,6 +528,12 @@ class TorchExampleTest(AgentCase):
         self.assertIn("all 2 ranks hold the same weights after 6 epochs", out)
 
 
+def burst_then_return():
+    for i in range(100):
+        caf_hvd.log({"i": i})
+    return int(os.environ["HOROVOD_RANK"])
+
+
 def elastic_worker():
     """Joins like Horovod's elastic workers (first from its environment, later through
     rank_and_size; a new generation from /elastic/update), logs each generation it
@@ -619,6 +625,17 @@ class ElasticExecutorTest(AgentCase):
             self.assertEqual(r["size"], 2)
             self.assertGreaterEqual(r["generation"], 2)
             self.assertTrue(r["slot"].startswith("e1:"), r)
+
+    def test_a_rank_that_logs_just_before_it_returns_still_returns_its_value(self):
+        # The exit is seen on another thread than the channel: with records still waiting
+        # for log credit, the result frame is read after the process has ended. The exit
+        # must not fail call 0 and drop the result (it did, every time, with 100 records).
+        self.c.node("e1")
+        self.set_hosts("e1")
+        ex = ElasticExecutor(min_workers=2, max_workers=2, discovery_script=self.script,
+                             discovery_interval=0.1, elastic_timeout=30)
+        ex.start()
+        self.assertEqual(ex.run(burst_then_return), [0, 1])
 
 
 if __name__ == "__main__":

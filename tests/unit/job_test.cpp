@@ -715,6 +715,43 @@ TEST_CASE_FIXTURE(fixture, "elastic: an abort inside a rendezvous that a peer's 
   interrupt();
 }
 
+TEST_CASE_FIXTURE(fixture, "elastic: a state holder inside a rendezvous that its generation's "
+                           "failure broke is stopped at once, one whose scopes lost nobody is "
+                           "not") {
+  // hvd.init() goes through global, local_<host> and cross_<local rank>: a rank that lost
+  // a peer of a scope it has not finished ends with std::terminate at Horovod's Gloo
+  // timeout (operations.cc); one whose unfinished scopes lost nobody finishes hvd.init()
+  // and recovers from the failure in its next collective, with its state.
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:2\nb:2:1\n"); // a:0 rank 0, a:1 rank 1 (local rank 1), b:0 rank 2
+  for (int r = 0; r < 3; ++r) {
+    gloo_progress(*this, 1, "global", r, false);
+    gloo_progress(*this, 1, "global", r, true);
+  }
+  for (auto [lr, cr] : std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {0, 1}})
+    gloo_progress(*this, 1, "cross_" + std::to_string(lr), cr, true);
+  auto a0 = slot_on("a", 0), a1 = slot_on("a", 1), b0 = slot_on("b", 0);
+  discover("a:1:2\nb:2:1\nc:3:1\n"); // generation 2 adds c (rank 3, local rank 0)
+  park(*this, 2, 3);
+  vote("a", 0);
+  vote("a", 1);
+  vote("b", 0);
+  REQUIRE(names_of("generation.released").size() == 2);
+  for (int r = 0; r < 4; ++r) { // store generation 2: everyone finished global
+    gloo_progress(*this, 2, "global", r, false);
+    gloo_progress(*this, 2, "global", r, true);
+  }
+  exit(slot_on("c", 0), 1); // c dies inside cross_0, which a:0 and b:0 wait in
+  auto ev = events();
+  CHECK(count_named(ev, "rank.doomed") == 2);
+  CHECK(log.signals[a0] == std::vector<int32_t>{SIGKILL});
+  CHECK(log.signals[b0] == std::vector<int32_t>{SIGKILL});
+  CHECK(log.signals[a1].empty()); // cross_1 lost nobody: it keeps its state
+  CHECK(count_named(ev, "host.blacklisted") == 1);
+  CHECK(count_named(ev, "job.end") == 0); // a:1 carries the state on
+  interrupt();
+}
+
 // -- executor mode -------------------------------------------------------------------------
 
 namespace {
