@@ -19,3 +19,36 @@ def named_build(spec):
     if not sep or not name or not path:
         raise argparse.ArgumentTypeError(f"'{spec}': give NAME=PATH/TO/caf-hvd")
     return name, path
+
+
+def report_job(n, verdicts, rc, seconds, counted, faults, lost, why, left, log_path, out, err):
+    """The chaos soaks' line for one job (verdicts, exit, time, `counted`, the faults; then
+    what was lost, why it failed, what was left), printed; with `log_path`, the job's
+    output appended there."""
+    line = (f"job {n:3d}: {'/'.join(verdicts):24s} exit {rc:3d} {seconds:5.1f} s, "
+            f"{counted}, faults: {', '.join(faults) or '-'}")
+    if lost:
+        line += f"\n          {lost}"
+    if why and "ok" not in verdicts:
+        line += f"\n          {why}"
+    if left:
+        line += f"\n          left: {'; '.join(str(x) for x in left[:4])}"
+    print(line, flush=True)
+    if log_path:
+        with open(log_path, "a") as f:
+            f.write(f"==== job {n}: {verdicts} {faults}\n{out}\n---- stderr\n{err}\n")
+
+
+def start_collected(cmd):
+    """Starts `cmd` in a session of its own; its stdout and stderr lines are collected by
+    two threads into lists. Returns (process, out lines, err lines, reader threads)."""
+    import subprocess
+    import threading
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    out, err = [], []
+    readers = [threading.Thread(target=lambda s=s, b=b: b.extend(iter(s.readline, "")),
+                                daemon=True) for s, b in ((p.stdout, out), (p.stderr, err))]
+    for t in readers:
+        t.start()
+    return p, out, err, readers

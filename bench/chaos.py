@@ -41,7 +41,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_env import BUILD  # noqa: E402
+from bench_env import BUILD, report_job, start_collected  # noqa: E402
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE",
                            os.path.join(BUILD, "apps", "caf-hvd-allreduce"))
 import netns  # noqa: E402
@@ -220,13 +220,7 @@ class Soak:
                "--link-timeout", "3", "--", ALLREDUCE,
                "--elastic", "--steps", str(steps), "--step-ms", "20"]
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-        out, err = [], []
-        readers = [threading.Thread(target=lambda s=s, b=b: b.extend(iter(s.readline, "")),
-                                    daemon=True) for s, b in ((p.stdout, out), (p.stderr, err))]
-        for t in readers:
-            t.start()
+        p, out, err, readers = start_collected(cmd)
         faults = []
         while p.poll() is None and time.monotonic() - t0 < self.a.fault_seconds:
             time.sleep(r.uniform(0.3, 1.2))
@@ -301,18 +295,8 @@ class Soak:
             rest = err.strip().splitlines()[-1:] or ["?"]
             why = (errors[-1] if errors else rest[0])[:200]
         gens = len(re.findall(r"generation \d+: rank 0 of", out))
-        line = (f"job {n:3d}: {'/'.join(verdicts):20s} exit {rc:3d} {seconds:5.1f} s, "
-                f"{gens} generation(s), faults: {', '.join(faults) or '-'}")
-        if lost:
-            line += f"\n          {lost}"
-        if why and "ok" not in verdicts:
-            line += f"\n          {why}"
-        if left:
-            line += f"\n          left: {'; '.join(left[:4])}"
-        print(line, flush=True)
-        if self.a.log:
-            with open(self.a.log, "a") as f:
-                f.write(f"==== job {n}: {verdicts}\n{out}\n---- stderr\n{err}\n")
+        report_job(n, verdicts, rc, seconds, f"{gens} generation(s)", faults, lost, why, left,
+                   self.a.log, out, err)
         return verdicts
 
     def close(self):

@@ -48,7 +48,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_env import ROOT  # noqa: E402
+from bench_env import ROOT, report_job, start_collected  # noqa: E402
 from harness import CAF_HVD, free_port, pid_with_env  # noqa: E402
 
 TRAIN = os.path.join(ROOT, "tests", "cluster", "horovod_programs", "elastic_train.py")
@@ -169,13 +169,7 @@ class Soak:
             cmd += ["--env", f"{k}={v}"]
         cmd += ["--", PYTHON, TRAIN]
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-        out, err = [], []
-        readers = [threading.Thread(target=lambda s=s, b=b: b.extend(iter(s.readline, "")),
-                                    daemon=True) for s, b in ((p.stdout, out), (p.stderr, err))]
-        for t in readers:
-            t.start()
+        p, out, err, readers = start_collected(cmd)
         # the schedule: 1-3 faults, each at a step of rank 0 or at the next release
         # (a fault at a release follows a host change made for it at a step)
         plan = []
@@ -327,18 +321,8 @@ class Soak:
             lines = [x for x in err.splitlines() if x.startswith("caf-hvd: ")]
             why = (lines[-1] if lines else (err.strip().splitlines() or ["?"])[-1])[:220]
         gens = len([x for x in out if RESUME.match(x.rstrip("\n"))])
-        line = (f"job {n:3d}: {'/'.join(verdicts):24s} exit {rc:3d} {seconds:5.1f} s, "
-                f"{gens} resume(s), faults: {', '.join(faults) or '-'}")
-        if lost:
-            line += f"\n          {lost}"
-        if why and "ok" not in verdicts:
-            line += f"\n          {why}"
-        if left:
-            line += f"\n          left: {left[:4]}"
-        print(line, flush=True)
-        if self.a.log:
-            with open(self.a.log, "a") as f:
-                f.write(f"==== job {n}: {verdicts} {faults}\n{''.join(out)}\n---- stderr\n{err}\n")
+        report_job(n, verdicts, rc, seconds, f"{gens} resume(s)", faults, lost, why, left,
+                   self.a.log, "".join(out), err)
         return verdicts
 
     def close(self):
