@@ -297,11 +297,14 @@ void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_s
   if (!reason.empty())
     return;
   // The running ranks compare the notice with what they were released with: combined
-  // against that plan (a "removed" notice lets them skip state.sync(), which a plan with
-  // fresh slots must not: the newcomers wait in it for the state).
+  // against that plan. It never says "removed" alone: on such a notice Horovod's ranks
+  // skip state.sync() (HostsUpdatedInterrupt(skip_sync=True)), and when a plan with
+  // fresh slots replaces this one before they re-join (its notice held for its
+  // newcomers, or never delivered: rank 0 left), the newcomers wait in a sync the
+  // others skipped, for ever (a soak job hung so). A sync more on a removal costs one
+  // broadcast of the state.
   auto notice = static_cast<unsigned>(compare_hosts(released_hosts_, plan_hosts_));
-  if (!gen_.fresh.empty())
-    notice |= static_cast<unsigned>(host_change::added);
+  notice |= static_cast<unsigned>(host_change::added);
   events_.emit("notify.change", {{"generation", gen_.number},
                                  {"change", to_string(static_cast<host_change>(notice))}});
   if (warm) { // told once every newcomer waits at its first rendezvous

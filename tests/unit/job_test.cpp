@@ -573,7 +573,7 @@ std::map<int, std::string> notices(const std::vector<nlohmann::json>& ev) {
 } // namespace
 
 TEST_CASE_FIXTURE(fixture, "elastic: a notice describes the change against the plan the ranks "
-                           "run, and never says 'removed' alone while fresh slots wait") {
+                           "run, and never says 'removed' alone") {
   // Horovod raises HostsUpdatedInterrupt(skip_sync = all_update == removed)
   // (horovod/common/elastic.py, State.check_host_updates), and run_fn then skips
   // state.sync() on every carried rank while a fresh rank broadcasts in it: a notice of
@@ -588,7 +588,9 @@ TEST_CASE_FIXTURE(fixture, "elastic: a notice describes the change against the p
   vote("a", 0);
   CHECK(names_of("generation.released").size() == 2);
   discover("a:1:1\n"); // plan 4: c leaves; a alone, nothing fresh
-  CHECK(notices(events())[4] == "removed");
+  // not "removed" either: a plan with fresh slots may replace it before the ranks act on
+  // its notice (then they would skip the sync the newcomers wait in)
+  CHECK(notices(events())[4] == "mixed");
   interrupt();
 }
 
@@ -601,8 +603,8 @@ TEST_CASE_FIXTURE(fixture, "elastic: a host removed from discovery keeps its ran
   start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
   discover("a:1:1\nb:2:1\nc:3:1\n");
   auto a0 = slot_on("a", 0);
-  discover("b:2:1\nc:3:1\n"); // rank 0's host leaves
-  CHECK(notices(events())[2] == "removed");
+  discover("b:2:1\nc:3:1\n");                          // rank 0's host leaves
+  CHECK(notices(events())[2] == "mixed");              // a removal is never told alone
   sched.advance_time(std::chrono::milliseconds(5000)); // far past the kill grace
   sched.run();
   CHECK(log.signals[a0].empty()); // still at work until it re-joins
