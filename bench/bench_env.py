@@ -52,3 +52,21 @@ def start_collected(cmd):
     for t in readers:
         t.start()
     return p, out, err, readers
+
+
+def end_collected(p, readers, deadline):
+    """Waits for a process started by start_collected until `deadline` (monotonic); kills
+    its session when it is still running then. Returns whether it hung."""
+    import signal
+    import subprocess
+    import time
+    hung = False
+    try:
+        p.wait(timeout=max(1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        hung = True
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    for t in readers:
+        t.join(5)
+    return hung

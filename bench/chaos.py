@@ -41,7 +41,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_env import BUILD, report_job, start_collected  # noqa: E402
+from bench_env import BUILD, end_collected, report_job, start_collected  # noqa: E402
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE",
                            os.path.join(BUILD, "apps", "caf-hvd-allreduce"))
 import netns  # noqa: E402
@@ -228,15 +228,7 @@ class Soak:
                 f = self.fault()
                 if f:
                     faults.append(f)
-        hung = False
-        try:
-            p.wait(timeout=max(1, self.a.hang_seconds - (time.monotonic() - t0)))
-        except subprocess.TimeoutExpired:
-            hung = True
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        for t in readers:
-            t.join(5)
+        hung = end_collected(p, readers, t0 + self.a.hang_seconds)
         self.settle()
         time.sleep(5)  # the agents' teardown of the job's ranks (grace 1 s, then SIGKILL)
         left = []

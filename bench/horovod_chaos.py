@@ -48,7 +48,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_env import ROOT, report_job, start_collected  # noqa: E402
+from bench_env import ROOT, end_collected, report_job, start_collected  # noqa: E402
 from harness import CAF_HVD, free_port, pid_with_env  # noqa: E402
 
 TRAIN = os.path.join(ROOT, "tests", "cluster", "horovod_programs", "elastic_train.py")
@@ -254,15 +254,7 @@ class Soak:
             elif when == "step" and kind in ("host_add", "host_remove"):
                 # no change made: the fault meant for its release would wait in vain
                 cancelled.add(("release", step))
-        hung = False
-        try:
-            p.wait(timeout=max(1, self.a.hang_seconds - (time.monotonic() - t0)))
-        except subprocess.TimeoutExpired:
-            hung = True
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        for t in readers:
-            t.join(5)
+        hung = end_collected(p, readers, t0 + self.a.hang_seconds)
         for t in timers:
             t.join()
         seconds = time.monotonic() - t0

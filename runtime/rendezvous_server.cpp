@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -717,26 +718,41 @@ const std::string& rendezvous_server::address() const {
   return impl_->address;
 }
 
-uint64_t rendezvous_server::init(const std::vector<slot_info>& plan) {
-  std::promise<uint64_t> done;
-  net::post(impl_->io, [&] {
-    impl_->gloo.clear();
-    impl_->progress_told.clear();
-    done.set_value(impl_->store.init(plan));
+namespace {
+
+// Runs `f` on the server's thread and waits for its result (the setters and queries that
+// callers make from their own threads).
+template <class F> auto on_server_thread(net::io_context& io, F f) -> decltype(f()) {
+  using result = decltype(f());
+  std::promise<result> done;
+  net::post(io, [&] {
+    if constexpr (std::is_void_v<result>) {
+      f();
+      done.set_value();
+    } else {
+      done.set_value(f());
+    }
   });
   return done.get_future().get();
+}
+
+} // namespace
+
+uint64_t rendezvous_server::init(const std::vector<slot_info>& plan) {
+  return on_server_thread(impl_->io, [&] {
+    impl_->gloo.clear();
+    impl_->progress_told.clear();
+    return impl_->store.init(plan);
+  });
 }
 
 void rendezvous_server::enable_elastic(
     std::function<void(const std::string&, int)> on_vote,
     std::function<void(const std::string&, int, const std::string&)> on_register) {
-  std::promise<void> done;
-  net::post(impl_->io, [&] {
+  on_server_thread(impl_->io, [&] {
     impl_->on_vote = std::move(on_vote);
     impl_->on_register = std::move(on_register);
-    done.set_value();
   });
-  done.get_future().get();
 }
 
 void rendezvous_server::release(const std::vector<slot_info>& plan) {
@@ -759,9 +775,7 @@ void rendezvous_server::release(const std::vector<slot_info>& plan) {
 }
 
 std::set<tcp_endpoint> rendezvous_server::gloo_endpoints() const {
-  std::promise<std::set<tcp_endpoint>> done;
-  net::post(impl_->io, [&] { done.set_value(impl_->gloo); });
-  return done.get_future().get();
+  return on_server_thread(impl_->io, [&] { return impl_->gloo; });
 }
 
 void rendezvous_server::answer_slot(const std::string& slot, const std::string& body) {
@@ -778,32 +792,25 @@ void rendezvous_server::answer_slot(const std::string& slot, const std::string& 
 
 void rendezvous_server::on_gloo_progress(
     std::function<void(uint64_t, const std::string&, int, bool)> fn) {
-  std::promise<void> done;
-  net::post(impl_->io, [&] {
-    impl_->on_progress = std::move(fn);
-    done.set_value();
-  });
-  done.get_future().get();
+  on_server_thread(impl_->io, [&] { impl_->on_progress = std::move(fn); });
 }
 
 uint16_t rendezvous_server::open_lot(uint64_t id) {
-  std::promise<uint16_t> done;
-  net::post(impl_->io, [&] {
+  auto port = on_server_thread(impl_->io, [&]() -> uint16_t {
     auto& m = *impl_;
     if (auto it = m.lots.find(id); it != m.lots.end())
-      return done.set_value(it->second.acceptor->local_endpoint().port());
+      return it->second.acceptor->local_endpoint().port();
     auto acc = std::make_shared<tcp::acceptor>(m.io);
     beast::error_code ec;
     auto addr = net::ip::make_address(m.address, ec);
     if (!ec)
       ec = listen_on(*acc, addr, 0, 1024);
     if (ec)
-      return done.set_value(0);
+      return 0;
     m.lots[id].acceptor = acc;
     m.accept(acc, id);
-    done.set_value(acc->local_endpoint().port());
+    return acc->local_endpoint().port();
   });
-  auto port = done.get_future().get();
   if (port == 0)
     throw std::runtime_error(
         fmt::format("rendezvous server: cannot open a port for newcomers on {}", impl_->address));
@@ -811,12 +818,7 @@ uint16_t rendezvous_server::open_lot(uint64_t id) {
 }
 
 void rendezvous_server::on_parked(std::function<void(uint64_t, int)> fn) {
-  std::promise<void> done;
-  net::post(impl_->io, [&] {
-    impl_->on_parked = std::move(fn);
-    done.set_value();
-  });
-  done.get_future().get();
+  on_server_thread(impl_->io, [&] { impl_->on_parked = std::move(fn); });
 }
 
 void rendezvous_server::release_lot(uint64_t id) {
