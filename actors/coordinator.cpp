@@ -61,7 +61,9 @@ public:
         },
         [this](barrier_atom, barrier_spec& spec) { on_barrier(std::move(spec)); },
         [this](lot_atom, uint64_t g) { return open_lot(g); },
-        [this](parked_atom, uint64_t lot, int32_t rank) { on_parked(lot, rank); },
+        [this](parked_atom, uint64_t lot, int32_t rank, std::string& client) {
+          on_parked(lot, rank, client);
+        },
         [this](release_atom, uint64_t g) {
           if (g == gen_.number && !gen_.released)
             release();
@@ -91,9 +93,8 @@ public:
         [this](register_atom, std::string& host, int32_t lr, std::string& body) {
           on_register(host, lr, body);
         },
-        [this](reached_atom, uint64_t store_gen, std::string& scope, int32_t rank, bool connected) {
-          on_progress(store_gen, scope, rank, connected);
-        },
+        [this](reached_atom, uint64_t store_gen, std::string& scope, int32_t rank, bool connected,
+               std::string& client) { on_progress(store_gen, scope, rank, connected, client); },
         [this](notified_atom, uint64_t g, std::string& key, std::string& problem) {
           notify_in_flight_ = false;
           if (g == notice_gen_
@@ -164,12 +165,13 @@ private:
           });
       server_->set_update(0, "generation 0\nchange none\n");
       server_->on_gloo_progress(
-          [hdl](uint64_t store_gen, const std::string& scope, int rank, bool connected) {
+          [hdl](uint64_t store_gen, const std::string& scope, int rank, bool connected,
+                const std::string& client) {
             caf::anon_send(hdl, reached_atom::value, store_gen, scope, static_cast<int32_t>(rank),
-                           connected);
+                           connected, client);
           });
-      server_->on_parked([hdl](uint64_t lot, int rank) {
-        caf::anon_send(hdl, parked_atom::value, lot, static_cast<int32_t>(rank));
+      server_->on_parked([hdl](uint64_t lot, int rank, const std::string& client) {
+        caf::anon_send(hdl, parked_atom::value, lot, static_cast<int32_t>(rank), client);
       });
     }
     log("rendezvous server on {}:{}", bind, server_->port());
@@ -372,12 +374,33 @@ private:
     }
   }
 
-  void on_parked(uint64_t lot, int32_t rank) {
+  void on_parked(uint64_t lot, int32_t rank, const std::string& client) {
     if (lot != gen_.number || gen_.released || closed_)
       return;
     for (auto& row : gen_.plan)
-      if (row.rank == rank)
+      if (row.rank == rank) {
+        if (!speaks_for_rank(row.hostname, client, fmt::format("waits at generation {}'s lot as "
+                                                               "rank {}",
+                                                               lot, rank)))
+          return;
         return send(job_, parked_atom::value, lot, slot_key(row.hostname, row.local_rank));
+      }
+  }
+
+  // Whether a rendezvous request from `client` may stand for a rank of `host` in the
+  // job's account of the rendezvous (which ranks began or finished it, which newcomers
+  // wait): another host's process, or anyone the allowlist admits, would otherwise make
+  // the job release a plan before its newcomer came or judge a rank by a step it never
+  // took. Said once per address and host.
+  bool speaks_for_rank(const std::string& host, const std::string& client,
+                       const std::string& what) {
+    if (allowlist_->speaks_for(host, client))
+      return true;
+    if (allowlist_->first_refusal("rendezvous progress", client + " " + host))
+      say("warning: a client at {} {} of host {}, and is not that host: ignored", client, what,
+          host);
+    event("rendezvous.refused", {{"client", client}, {"host", host}, {"what", what}});
+    return false;
   }
 
   void publish_held_update() {
@@ -415,7 +438,8 @@ private:
 
   // A rank of a served plan began (or finished) its Gloo rendezvous: the job hears it
   // by the slot's key. Reports of a plan replaced long ago are dropped.
-  void on_progress(uint64_t store_gen, const std::string& scope, int32_t rank, bool connected) {
+  void on_progress(uint64_t store_gen, const std::string& scope, int32_t rank, bool connected,
+                   const std::string& client) {
     auto it = store_plans_.find(store_gen);
     if (it == store_plans_.end())
       return;
@@ -433,9 +457,14 @@ private:
     auto row = std::find_if(plan.begin(), plan.end(), [&](auto& r) {
       return cross ? r.local_rank == lr && r.cross_rank == rank : r.rank == rank;
     });
-    if (row != plan.end())
-      send(job_, reached_atom::value, number, slot_key(row->hostname, row->local_rank), cross,
-           connected);
+    if (row == plan.end()
+        || !speaks_for_rank(row->hostname, client,
+                            fmt::format("{} the rendezvous of scope {} as rank {}",
+                                        connected ? "finished" : "began", scope, rank))
+        || !progress_heard_.insert({store_gen, scope, rank, connected}).second)
+      return;
+    send(job_, reached_atom::value, number, slot_key(row->hostname, row->local_rank), cross,
+         connected);
   }
 
   // The slot is not in the job any more: a held vote is answered -1, later ones too
@@ -585,6 +614,7 @@ private:
   std::optional<clock_type::time_point> barrier_check_;
   std::vector<slot_info> released_plan_;
   bool closed_ = false;
+  std::set<std::tuple<uint64_t, std::string, int32_t, bool>> progress_heard_; // told the job
   std::set<uint64_t> lots_, released_lots_; // warm joins: generations' lots, those in use
   std::optional<std::pair<uint64_t, std::string>> held_update_; // /elastic/update, with the notice
   uint64_t store_gen_ = 0; // plans given to the rendezvous store, and the last few of them

@@ -302,6 +302,7 @@ private:
 
   // -- the executor relay: the owner's channel and calls (actors/job_executor.cpp) ----
   bool executor() const;
+  bool calls_only() const;
   void open_control();
   void to_owner(frame_kind kind, uint64_t id, uint32_t rank, std::string payload,
                 std::function<void()> done = {});

@@ -10,6 +10,11 @@ bool job::executor() const {
   return job_.executor_fd >= 0;
 }
 
+// A static executor: its ranks run calls, each may rendezvous anew inside one.
+bool job::calls_only() const {
+  return executor() && !elastic_;
+}
+
 void job::open_control() {
   auto hdl = caf::actor_cast<driver_full_actor>(this);
   control_ = std::make_unique<frame_channel>(

@@ -38,9 +38,10 @@ void job::on_reached(uint64_t g, const std::string& key, bool cross, bool connec
                                      {"scope", cross ? "cross" : "global"},
                                      {"connected", connected}});
   }
-  // Executors' ranks rendezvous only inside a call, each call anew: the rules below are
-  // for programs whose processes are the training (an executor's may outlive many).
-  if (speaks_gloo_ || executor())
+  // A static executor's ranks rendezvous only inside a call, each call anew: the rules
+  // below are for processes that are the training (an elastic executor's are: each runs
+  // the worker function once and ends with it; a static executor's may outlive many).
+  if (speaks_gloo_ || calls_only())
     return;
   speaks_gloo_ = true;
   // Processes that were past their start deadline before any rank spoke Gloo: now that
@@ -50,9 +51,10 @@ void job::on_reached(uint64_t g, const std::string& key, bool cross, bool connec
 }
 
 // A fresh process of an elastic job must begin its Gloo rendezvous within
-// --start-timeout of its start (executor ranks rendezvous only inside a call).
+// --start-timeout of its start (an elastic executor's too: its worker function is its
+// training).
 void job::arm_rendezvous_deadline(const eslot& s) {
-  if (!elastic_ || executor())
+  if (!elastic_)
     return;
   delayed_send(this, job_.start_timeout, deadline_atom::value, dl_rendezvous | (s.id << 4));
 }
@@ -241,11 +243,12 @@ bool job::holds_state(const eslot& s) const {
 // only once every newcomer waits there, and the plan is released only then. A newcomer
 // that fails before the release costs them nothing: its host is blacklisted and the plan
 // forms again without it. Only for jobs whose ranks speak Gloo through the server (others,
-// e.g. torch's env://, would talk to the running plan's torch store) and not for executors
-// (whose ranks rendezvous only inside a call).
+// e.g. torch's env://, would talk to the running plan's torch store). An elastic
+// executor's newcomer is warm too: its worker function, sent at its start, imports and
+// calls hvd.init() there.
 
 bool job::warm_plan() const {
-  return elastic_ && ec_.warm_joins && !executor() && speaks_gloo_ && released_gen_ > 0
+  return elastic_ && ec_.warm_joins && speaks_gloo_ && released_gen_ > 0
          && !gen_.released && !gen_.fresh.empty();
 }
 

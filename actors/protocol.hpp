@@ -336,10 +336,11 @@ using coordinator_full_actor = coordinator_actor::extend<
     caf::reacts_to<register_atom, std::string, int32_t, std::string>,
     // ... and a rank's progress in the Gloo rendezvous of scope global or cross_<k>: (the
     // store's generation, scope, rank in it, false: its first PUT /<scope>/rank_<r>, true:
-    // its DELETE /<scope>/<r>)
-    caf::reacts_to<reached_atom, uint64_t, std::string, int32_t, bool>,
-    // ... and a newcomer's first request held at lot G: PUT /global/rank_<r> (G, r)
-    caf::reacts_to<parked_atom, uint64_t, int32_t>,
+    // its DELETE /<scope>/<r>, the client's address)
+    caf::reacts_to<reached_atom, uint64_t, std::string, int32_t, bool, std::string>,
+    // ... and a newcomer's first request held at lot G: PUT /global/rank_<r> (G, r, the
+    // client's address); both count only from an address of the rank's host
+    caf::reacts_to<parked_atom, uint64_t, int32_t, std::string>,
     // from a notification thread: (G, slot, "" or why not)
     caf::reacts_to<notified_atom, uint64_t, std::string, std::string>,
     caf::reacts_to<deadline_atom, uint64_t>>; // a barrier or registration deadline

@@ -49,6 +49,10 @@ std::optional<std::string> percent_decode(std::string_view s) {
   return out;
 }
 
+// Progress and parking reports kept per plan (a bound: the clients that could fill it are
+// a job's own hosts).
+constexpr size_t max_progress_told = 1u << 16;
+
 struct target {
   std::string scope, key;
   std::optional<long> wait_ms;
@@ -230,10 +234,10 @@ struct rendezvous_server::impl {
     std::shared_ptr<tcp::acceptor> acceptor;
     bool released = false;
     std::vector<std::pair<std::shared_ptr<session>, http::request<http::string_body>>> held;
-    std::set<int> told;
+    std::set<std::pair<int, std::string>> told; // (rank, client address)
   };
   std::map<uint64_t, lot_state> lots;
-  std::function<void(uint64_t, int)> on_parked;
+  std::function<void(uint64_t, int, const std::string&)> on_parked;
 
   // elastic endpoints (server thread only)
   std::function<void(const std::string&, int)> on_vote;
@@ -245,9 +249,12 @@ struct rendezvous_server::impl {
   void wake_update_waiters();
 
   // Gloo rendezvous progress of the served plan's ranks (each reported once per plan)
-  std::function<void(uint64_t, const std::string&, int, bool)> on_progress;
-  std::set<std::tuple<std::string, int, bool>> progress_told;
-  void note_progress(http::verb verb, const std::string& scope, const std::string& key) {
+  // (told once per scope, rank, kind and client address: the caller decides which
+  // client speaks for the rank, so one that cannot takes nobody's report away)
+  std::function<void(uint64_t, const std::string&, int, bool, const std::string&)> on_progress;
+  std::set<std::tuple<std::string, int, bool, std::string>> progress_told;
+  void note_progress(http::verb verb, const std::string& scope, const std::string& key,
+                     const std::string& client) {
     if (!on_progress || (scope != "global" && scope.compare(0, 6, "cross_") != 0))
       return;
     bool connected = verb == http::verb::delete_;
@@ -262,9 +269,10 @@ struct rendezvous_server::impl {
       return;
     int rank = std::stoi(std::string{digits});
     auto size = store.scope_size(scope); // a planned scope only
-    if (!size || rank >= *size || !progress_told.insert({scope, rank, connected}).second)
+    if (!size || rank >= *size || progress_told.size() >= max_progress_told
+        || !progress_told.insert({scope, rank, connected, client}).second)
       return;
-    on_progress(store.generation(), scope, rank, connected);
+    on_progress(store.generation(), scope, rank, connected, client);
   }
 
   // The listening addresses Gloo ranks published since the last plan. Kept apart from
@@ -439,7 +447,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       ++srv.rejected;
     else if (req.method() == http::verb::put || req.method() == http::verb::delete_)
       if (auto t = parse_target(std::string_view{raw.data(), raw.size()}))
-        srv.note_progress(req.method(), t->scope, t->key);
+        srv.note_progress(req.method(), t->scope, t->key, client.to_string());
     if (a.wait_ms > 0) {
       auto t = parse_target(std::string_view{raw.data(), raw.size()});
       return long_poll(*t, keep);
@@ -473,8 +481,10 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
         rank = std::stoi(t->key.substr(5));
     }
     l.held.emplace_back(shared_from_this(), std::move(req));
-    if (rank >= 0 && srv.on_parked && l.told.insert(rank).second)
-      srv.on_parked(lot, rank);
+    auto from = client.to_string();
+    if (rank >= 0 && srv.on_parked && l.told.size() < max_progress_told
+        && l.told.insert({rank, from}).second)
+      srv.on_parked(lot, rank, from);
   }
 
   // "/worker_addresses/<host>:<local_rank>" -> (host, local rank); nullopt otherwise.
@@ -791,7 +801,7 @@ void rendezvous_server::answer_slot(const std::string& slot, const std::string& 
 }
 
 void rendezvous_server::on_gloo_progress(
-    std::function<void(uint64_t, const std::string&, int, bool)> fn) {
+    std::function<void(uint64_t, const std::string&, int, bool, const std::string&)> fn) {
   on_server_thread(impl_->io, [&] { impl_->on_progress = std::move(fn); });
 }
 
@@ -817,7 +827,8 @@ uint16_t rendezvous_server::open_lot(uint64_t id) {
   return port;
 }
 
-void rendezvous_server::on_parked(std::function<void(uint64_t, int)> fn) {
+void rendezvous_server::on_parked(
+    std::function<void(uint64_t, int, const std::string&)> fn) {
   on_server_thread(impl_->io, [&] { impl_->on_parked = std::move(fn); });
 }
 

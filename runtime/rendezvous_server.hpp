@@ -136,8 +136,10 @@ public:
   /// scope, rank and plan, ranks below the scope's planned size only; called on the
   /// server's thread with the store's generation (1 for the first init() or release(),
   /// then one more for each).
+  /// `client` is the request's peer address: whether it may speak for the rank's host is
+  /// the caller's to decide (reports are once per scope, rank, kind and client).
   void on_gloo_progress(std::function<void(uint64_t store_generation, const std::string& scope,
-                                           int rank, bool connected)>
+                                           int rank, bool connected, const std::string& client)>
                             fn);
 
   // -- warm joins: parking lots ----------------------------------------------------------
@@ -146,11 +148,12 @@ public:
   // until the lot's release. It thus waits at its first rendezvous without touching the
   // scopes of the plan that runs (Horovod's keys carry no generation).
 
-  /// Opens lot `id` (a listening port, returned); `on_parked(id, rank)` is called (on the
-  /// server's thread) the first time a held request of the lot is a rank's first Gloo
-  /// request, PUT /global/rank_<rank>.
+  /// Opens lot `id` (a listening port, returned); `on_parked(id, rank, client)` is called
+  /// (on the server's thread) the first time a held request of the lot from `client` is a
+  /// rank's first Gloo request, PUT /global/rank_<rank> (whether `client` speaks for the
+  /// rank is the caller's to decide).
   uint16_t open_lot(uint64_t id);
-  void on_parked(std::function<void(uint64_t lot, int rank)> fn);
+  void on_parked(std::function<void(uint64_t lot, int rank, const std::string& client)> fn);
   /// The lot's held requests are served now, in the order they came, and every later one
   /// as on the main port (call after the plan's release()).
   void release_lot(uint64_t id);

@@ -576,7 +576,13 @@ class HorovodElastic(Scenarios, unittest.TestCase):
 
     def test_elastic_executor_with_real_horovod_inside(self):
         """caf_hvd.ElasticExecutor runs a Horovod elastic function (hvd.elastic.run,
-        TorchState); a host joins mid-run; run() returns the final generation's values."""
+        TorchState); a host joins mid-run; run() returns the final generation's values.
+        The join is warm: hb's worker takes 4 s to reach hvd.init() (a slow import), and
+        rank 0 trains on through it; its process starts when the plan forms, its worker
+        function runs and waits at the plan's lot, and rank 0 is told of hb only then.
+        Started at the release (horovodrun's order, and this executor's before), rank 0
+        would re-join at its next commit and wait in rank_and_size's barrier for the
+        whole import: hb would take the state over a few steps after it was added."""
         sys.path.insert(0, os.path.join(ROOT, "python"))
         from caf_hvd import ElasticExecutor
         self.c.node("ha")
@@ -585,9 +591,11 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         progress = os.path.join(self.dir, "progress")
         ex = ElasticExecutor(min_workers=1, max_workers=3, discovery_script=self.script,
                              discovery_interval=0.2, elastic_timeout=60,
-                             caf_hvd=os.environ.get("CAF_HVD"))
+                             caf_hvd=os.environ.get("CAF_HVD"),
+                             extra_args=("--events", self.events) + self.executor_flags)
         ex.start(extra_env_vars={"PYTHONPATH": SITE, "PROGRESS_FILE": progress,
-                                 "CAF_HVD_TEST_TOKEN": self.token})
+                                 "CAF_HVD_TEST_TOKEN": self.token, "FN_STEPS": "80",
+                                 "FN_START_DELAY": "hb:4"})
         result = {}
 
         def run():
@@ -606,15 +614,28 @@ class HorovodElastic(Scenarios, unittest.TestCase):
             except (OSError, ValueError):
                 return 0
         wait_until(lambda: step() >= 10 or not t.is_alive(), 90, "step 10 of the function")
+        added_at = step()
         self.set_hosts(("ha", 1), ("hb", 1))
         t.join(150)
         self.assertFalse(t.is_alive(), "ElasticExecutor.run did not return")
         self.assertNotIn("error", result, result.get("error"))
         values = result["values"]
-        self.assertEqual([v[:3] for v in values], [(0, 2, 40), (1, 2, 40)], values)
+        self.assertEqual([v[:3] for v in values], [(0, 2, 80), (1, 2, 80)], values)
         self.assertTrue(all(v[3] for v in values), f"replicas differ: {values}")
         self.assertEqual(values[0][4][0], 1, values)  # it began at size 1, then grew
-        self.assertGreaterEqual(values[1][4][0], 10, values)  # hb's rank took the state
+        took_over = values[1][4][0]  # the step at which hb's rank got the state
+        # 4 s of import at about 0.1 s a step: rank 0 trained through most of it
+        self.assertGreaterEqual(took_over - added_at, 20,
+                                f"hb was added after step {added_at} and took the state over "
+                                f"at step {took_over}: rank 0 waited for its import")
+        log = read_events(self.events)
+        names = [(e["name"], e["context"].get("generation"), e["context"].get("slot"))
+                 for e in log]
+        parked = names.index(("rank.parked", 2, "hb:0"))
+        self.assertLess(parked, names.index(("generation.released", 2, None)), names)
+        self.assertTrue(any(n == ("notify.sent", 2, "ha:0") for n in names[parked:]), names)
+
+    executor_flags = ()
 
 
 def horovod_elastic_fn():
@@ -625,6 +646,10 @@ def horovod_elastic_fn():
     import torch
 
     import horovod.torch as hvd
+    steps = int(os.environ.get("FN_STEPS", "40"))
+    delay_host, _, delay = os.environ.get("FN_START_DELAY", "").partition(":")
+    if delay_host == os.environ.get("HOROVOD_HOSTNAME"):
+        time.sleep(float(delay))  # a slow import
     hvd.init()
     torch.manual_seed(7)
     model = torch.nn.Linear(4, 1)
@@ -637,7 +662,7 @@ def horovod_elastic_fn():
     def train(state):
         first.setdefault("size", hvd.size())
         resumed_at = state.step
-        while state.step < 40:
+        while state.step < steps:
             x = torch.full((2, 4), float(hvd.rank() + 1))
             opt.zero_grad()
             (model(x) ** 2).mean().backward()

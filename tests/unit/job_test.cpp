@@ -625,13 +625,14 @@ namespace {
 // What the rendezvous server tells the coordinator when a rank of the served plan (store
 // generation `g`) begins (connected false) or finishes a Gloo rendezvous of `scope`.
 void gloo_progress(fixture& f, uint64_t g, const std::string& scope, int rank, bool connected) {
-  caf::anon_send(f.coordinator(), reached_atom::value, g, scope, int32_t{rank}, connected);
+  caf::anon_send(f.coordinator(), reached_atom::value, g, scope, int32_t{rank}, connected,
+                 std::string{"127.0.0.1"});
   f.sched.run();
 }
 
 // ... and when a newcomer's first request, PUT /global/rank_<rank>, is held at lot `g`.
 void park(fixture& f, uint64_t g, int rank) {
-  caf::anon_send(f.coordinator(), parked_atom::value, g, int32_t{rank});
+  caf::anon_send(f.coordinator(), parked_atom::value, g, int32_t{rank}, std::string{"127.0.0.1"});
   f.sched.run();
 }
 
@@ -666,6 +667,49 @@ TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a newcomer starts when its plan
   CHECK(names_of("generation.released")
         == std::vector<std::string>{"generation.released:1", "generation.released:2"});
   CHECK(log.envs.size() == 3); // nothing started at the release
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a request at the lot counts for a newcomer only "
+                           "from its own host; another host's claim releases nothing") {
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  gloo_progress(*this, 1, "global", 0, false);
+  discover("a:1:1\nb:2:1\nc:3:1\n"); // c's newcomer (rank 2) starts, pointed at lot 2
+  caf::anon_send(coordinator(), allow_atom::value, std::string{"a"},
+                 std::vector<std::string>{"10.0.0.1"});
+  caf::anon_send(coordinator(), allow_atom::value, std::string{"c"},
+                 std::vector<std::string>{"10.0.0.3"});
+  vote("a", 0);
+  vote("b", 0);
+  // a process on a (any client the job's allowlist admits) claims c's first request
+  caf::anon_send(coordinator(), parked_atom::value, uint64_t{2}, int32_t{2},
+                 std::string{"10.0.0.1"});
+  sched.run();
+  // ... and that rank 2 began and finished generation 1's global rendezvous: a plan it
+  // was never in (store generation 1 has ranks 0 and 1 only) is not reported at all;
+  // the same from a's address for rank 1 (b's) is ignored too
+  caf::anon_send(coordinator(), reached_atom::value, uint64_t{1}, std::string{"global"},
+                 int32_t{1}, true, std::string{"10.0.0.1"});
+  sched.run();
+  auto ev = events();
+  CHECK(count_named(ev, "rank.parked") == 0);
+  CHECK(count_named(ev, "generation.ready") == 0);
+  CHECK(count_named(ev, "rank.rendezvous") == 1); // a's own report above only
+  CHECK(count_named(ev, "rendezvous.refused") == 2);
+  CHECK(names_of("generation.released") == std::vector<std::string>{"generation.released:1"});
+  for (auto& e : ev)
+    if (e["name"] == "rendezvous.refused") {
+      CHECK(e["context"]["client"] == "10.0.0.1");
+      CHECK((e["context"]["host"] == "c" || e["context"]["host"] == "b"));
+    }
+  // c's own request counts
+  caf::anon_send(coordinator(), parked_atom::value, uint64_t{2}, int32_t{2},
+                 std::string{"10.0.0.3"});
+  sched.run();
+  CHECK(count_named(events(), "rank.parked") == 1);
+  CHECK(names_of("generation.released")
+        == std::vector<std::string>{"generation.released:1", "generation.released:2"});
   interrupt();
 }
 

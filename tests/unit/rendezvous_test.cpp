@@ -259,8 +259,10 @@ TEST_CASE("server: reports each rank's Gloo rendezvous once per scope and plan: 
   std::mutex m;
   using row = std::tuple<uint64_t, std::string, int, bool>;
   std::vector<row> seen;
-  srv.on_gloo_progress([&](uint64_t g, const std::string& scope, int rank, bool connected) {
+  srv.on_gloo_progress([&](uint64_t g, const std::string& scope, int rank, bool connected,
+                           const std::string& client) {
     std::lock_guard<std::mutex> lock(m);
+    CHECK(client == "127.0.0.1"); // the caller judges who may speak for the rank
     seen.emplace_back(g, scope, rank, connected);
   });
   auto reports = [&] {
@@ -298,8 +300,9 @@ TEST_CASE("server: a lot holds a newcomer's requests, unread by the store, until
   rendezvous_server srv{rendezvous_options{}};
   std::mutex m;
   std::vector<std::pair<uint64_t, int>> parked;
-  srv.on_parked([&](uint64_t lot, int rank) {
+  srv.on_parked([&](uint64_t lot, int rank, const std::string& client) {
     std::lock_guard<std::mutex> lock(m);
+    CHECK(client == "127.0.0.1");
     parked.emplace_back(lot, rank);
   });
   auto parked_now = [&] {
