@@ -439,6 +439,17 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         steps = [e[1] for e in self.program.parse("".join(self.lines))[0] if e[0] == "step"]
         return steps[-1] if steps else 0
 
+    def assert_parked_before_told(self, newcomer):
+        """Generation 2's newcomer waited at its lot before the plan was released, and rank
+        0 (ha:0) was told of the plan only after that; returns the event log."""
+        log = read_events(self.events)
+        names = [(e["name"], e["context"].get("generation"), e["context"].get("slot"))
+                 for e in log]
+        parked = names.index(("rank.parked", 2, newcomer))
+        self.assertLess(parked, names.index(("generation.released", 2, None)), names)
+        self.assertTrue(any(n == ("notify.sent", 2, "ha:0") for n in names[parked:]), names)
+        return log
+
     def test_newcomer_imports_while_the_others_train(self):
         """hc's process takes 6 s to reach hvd.init() (a slow import). It starts when its
         plan forms and waits at the plan's lot while ha and hb train on; they are told of
@@ -461,12 +472,7 @@ class HorovodElastic(Scenarios, unittest.TestCase):
                                 f"the survivors stopped at step {grown_at} (hc was added after "
                                 f"step {before}): they waited for the newcomer's import\n"
                                 f"{err[-3000:]}")
-        log = read_events(self.events)
-        names = [(e["name"], e["context"].get("generation"), e["context"].get("slot"))
-                 for e in log]
-        parked = names.index(("rank.parked", 2, "hc:0"))
-        self.assertLess(parked, names.index(("generation.released", 2, None)), names)
-        self.assertTrue(any(n == ("notify.sent", 2, "ha:0") for n in names[parked:]), names)
+        log = self.assert_parked_before_told("hc:0")
         hc_rendezvous = [e["context"]["generation"] for e in log
                          if e["name"] == "rank.rendezvous" and e["context"]["slot"] == "hc:0"]
         self.assertTrue(hc_rendezvous and min(hc_rendezvous) == 2, hc_rendezvous)
@@ -628,12 +634,7 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         self.assertGreaterEqual(took_over - added_at, 20,
                                 f"hb was added after step {added_at} and took the state over "
                                 f"at step {took_over}: rank 0 waited for its import")
-        log = read_events(self.events)
-        names = [(e["name"], e["context"].get("generation"), e["context"].get("slot"))
-                 for e in log]
-        parked = names.index(("rank.parked", 2, "hb:0"))
-        self.assertLess(parked, names.index(("generation.released", 2, None)), names)
-        self.assertTrue(any(n == ("notify.sent", 2, "ha:0") for n in names[parked:]), names)
+        self.assert_parked_before_told("hb:0")
 
     executor_flags = ()
 
