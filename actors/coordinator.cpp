@@ -432,8 +432,13 @@ private:
       released_lots_.insert(gen_.number);
       server_->release_lot(gen_.number);
     }
-    while (store_plans_.size() > 4)
+    while (store_plans_.size() > 4) {
+      auto dropped = store_plans_.begin()->first;
       store_plans_.erase(store_plans_.begin());
+      // its reports are dropped from now on: what was heard of it is not needed either
+      progress_heard_.erase(progress_heard_.begin(),
+                            progress_heard_.lower_bound({dropped + 1, std::string{}, 0, false}));
+    }
   }
 
   // A rank of a served plan began (or finished) its Gloo rendezvous: the job hears it
