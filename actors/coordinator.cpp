@@ -20,6 +20,7 @@
 #include "runtime/horovod_wire.hpp"
 #include "runtime/rendezvous_server.hpp"
 #include "runtime/socket_abort.hpp"
+#include "runtime/text.hpp"
 #include "runtime/torch_store.hpp"
 
 namespace cafhvd {
@@ -43,8 +44,8 @@ public:
     return {
         [this](report_atom, uint32_t slot, std::string& host) { on_report(slot, host); },
         [this](serve_atom, std::string& bind) { return serve(bind); },
-        [this](allow_atom, std::string& host, std::vector<std::string>& addresses) {
-          allowlist_->add_host(host, addresses);
+        [this](allow_atom, std::string& host, std::vector<std::string>& addresses, bool local) {
+          allowlist_->add_host(host, addresses, local);
         },
         [this](assign_atom, std::vector<host_slots>& hosts, int32_t min_np,
                int32_t max_np) -> assignment {
@@ -129,7 +130,7 @@ private:
   }
 
   void event(const char* name, const nlohmann::json& context) {
-    send(job_, event_atom::value, std::string{name}, context.dump());
+    send(job_, event_atom::value, std::string{name}, json_text(context));
   }
 
   void answer(const std::string& key, const std::string& body) {
@@ -164,12 +165,11 @@ private:
             caf::anon_send(hdl, register_atom::value, host, static_cast<int32_t>(lr), body);
           });
       server_->set_update(0, "generation 0\nchange none\n");
-      server_->on_gloo_progress(
-          [hdl](uint64_t store_gen, const std::string& scope, int rank, bool connected,
-                const std::string& client) {
-            caf::anon_send(hdl, reached_atom::value, store_gen, scope, static_cast<int32_t>(rank),
-                           connected, client);
-          });
+      server_->on_gloo_progress([hdl](uint64_t store_gen, const std::string& scope, int rank,
+                                      bool connected, const std::string& client) {
+        caf::anon_send(hdl, reached_atom::value, store_gen, scope, static_cast<int32_t>(rank),
+                       connected, client);
+      });
       server_->on_parked([hdl](uint64_t lot, int rank, const std::string& client) {
         caf::anon_send(hdl, parked_atom::value, lot, static_cast<int32_t>(rank), client);
       });
@@ -379,9 +379,10 @@ private:
       return;
     for (auto& row : gen_.plan)
       if (row.rank == rank) {
-        if (!speaks_for_rank(row.hostname, client, fmt::format("waits at generation {}'s lot as "
-                                                               "rank {}",
-                                                               lot, rank)))
+        if (!speaks_for_rank(row.hostname, client,
+                             fmt::format("waits at generation {}'s lot as "
+                                         "rank {}",
+                                         lot, rank)))
           return;
         return send(job_, parked_atom::value, lot, slot_key(row.hostname, row.local_rank));
       }

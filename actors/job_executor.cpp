@@ -1,6 +1,7 @@
 // The job actor's executor relay: the owner's channel (start, calls, shutdown), calls
 // relayed to the ranks' workers, their results and logs back, the rank table and the end.
 #include "actors/job_actor.hpp"
+#include "runtime/text.hpp"
 
 #include <map>
 
@@ -174,8 +175,8 @@ void job::send_rank_table() {
                      {"cross_rank", row.cross_rank},
                      {"cross_size", row.cross_size}});
   to_owner(frame_kind::ranks, gen_.number, 0,
-           nlohmann::json{{"generation", gen_.number}, {"size", gen_.plan.size()}, {"ranks", ranks}}
-               .dump());
+           json_text(nlohmann::json{
+               {"generation", gen_.number}, {"size", gen_.plan.size()}, {"ranks", ranks}}));
 }
 
 // The owner asks for the end: every rank's channel closes (the process reads EOF and

@@ -362,7 +362,7 @@ void job::host_ready(const std::string& ep) {
   std::vector<std::string> addresses{h.reach_address, h.address};
   for (auto& i : h.info.interfaces)
     addresses.push_back(i.address);
-  send(coord_, allow_atom::value, h.info.name, std::move(addresses));
+  send(coord_, allow_atom::value, h.info.name, std::move(addresses), is_this_machine(h.address));
   if (elastic_)
     warn_if_capped(h);
   h.last_warning.clear();

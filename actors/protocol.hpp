@@ -309,8 +309,9 @@ using coordinator_actor = caf::typed_actor<caf::reacts_to<report_atom, uint32_t,
 using coordinator_full_actor = coordinator_actor::extend<
     // start the rendezvous server and torch store on this address
     caf::replies_to<serve_atom, std::string>::with<served>,
-    // the servers admit this host's addresses (host name, addresses)
-    caf::reacts_to<allow_atom, std::string, std::vector<std::string>>,
+    // the servers admit this host's addresses (host name, addresses, whether its agent
+    // runs on the driver's machine: loopback clients speak only for such hosts)
+    caf::reacts_to<allow_atom, std::string, std::vector<std::string>, bool>,
     // a generation's ranks over these hosts (Horovod's algorithm): min np, max np (0: none)
     caf::replies_to<assign_atom, std::vector<host_slots>, int32_t, int32_t>::with<assignment>,
     // workers of these slots are being spawned on this host: answered when each reported

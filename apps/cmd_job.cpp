@@ -108,8 +108,9 @@ int start_job(job_request r) {
   if (!r.dashboard.empty()) {
     auto [addr, port] = parse_dashboard_address(r.dashboard);
     try {
-      live = std::make_unique<dashboard>(dashboard_options{
-          addr, port, fmt::format("caf-hvd job: {}", fmt::join(job.command, " ")), 2});
+      dashboard_options d{addr, port, fmt::format("caf-hvd job: {}", fmt::join(job.command, " ")),
+                          2, r.dashboard_names};
+      live = std::make_unique<dashboard>(std::move(d));
     } catch (const std::exception& e) {
       std::cerr << fmt::format("caf-hvd: error: --dashboard {}: {}\n", r.dashboard, e.what());
       return 1;

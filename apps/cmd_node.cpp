@@ -18,6 +18,7 @@
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
 #include "apps/cli.hpp"
+#include "runtime/text.hpp"
 #include "runtime/credentials.hpp"
 #include "runtime/net.hpp"
 #include "runtime/gpu.hpp"
@@ -100,9 +101,9 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
     throw usage_error(fmt::format("--slots {} must not be negative", slots));
   if (name.empty())
     name = this_hostname();
-  for (char c : name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
-      throw usage_error(fmt::format("--name '{}': use letters, digits, '.', '-' or '_'", name));
+  if (!valid_host_name(name))
+    throw usage_error(
+        fmt::format("--name '{}': use 1 to 255 letters, digits, '.', '-' or '_'", printable(name)));
 
   gpu_inventory inventory;
   // "auto" and "" are the service's default configuration (an unset value in it).

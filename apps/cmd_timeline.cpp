@@ -9,6 +9,7 @@
 
 #include "apps/cli.hpp"
 #include "runtime/timeline.hpp"
+#include "runtime/text.hpp"
 
 namespace cafhvd::cli {
 
@@ -48,7 +49,7 @@ int run_timeline(int argc, char** argv) {
   if (html)
     o << timeline_html(events, title.empty() ? "caf-hvd job " + in : title);
   else
-    o << timeline_trace(events).dump() << "\n";
+    o << json_text(timeline_trace(events)) << "\n";
   if (!o.flush())
     throw std::runtime_error(fmt::format("writing {} failed", out));
   return 0;

@@ -15,6 +15,7 @@
 
 #include "apps/job_options.hpp"
 #include "runtime/dashboard.hpp"
+#include "runtime/text.hpp"
 #include "runtime/env.hpp"
 
 extern char** environ;
@@ -95,6 +96,9 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
                           "[ADDR:]PORT: serve the job's live timeline page over HTTP "
                           "(loopback unless ADDR is given; PORT 0 picks one; the address is "
                           "printed at the start)")(
+      "dashboard-name", po::value(&dashboard_names)->composing(),
+      "NAME: a host name the dashboard answers to besides IP addresses and localhost "
+      "(repeatable; requests naming any other host get 421, against DNS rebinding)")(
       "dashboard-keep", po::value(&dashboard_keep)->default_value(0),
       "seconds to keep serving the final page after the job ended (Ctrl-C ends it sooner)");
   net.add_options()("network-interface", po::value(&nics),
@@ -295,6 +299,13 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
     throw usage_error("--dashboard-keep: give seconds from 0 to 86400");
   if (vm.count("dashboard-keep") && !vm["dashboard-keep"].defaulted() && o.dashboard.empty())
     throw usage_error("--dashboard-keep needs --dashboard");
+  if (!o.dashboard_names.empty() && o.dashboard.empty())
+    throw usage_error("--dashboard-name needs --dashboard");
+  for (auto& n : o.dashboard_names)
+    if (!valid_host_name(n))
+      throw usage_error(fmt::format("--dashboard-name '{}': give a host name (letters, digits, "
+                                    "'.', '-' or '_')",
+                                    printable(n)));
   if (!o.dashboard.empty()) {
     try {
       parse_dashboard_address(o.dashboard);
@@ -434,6 +445,7 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
   r.link_timeout = o.link_timeout;
   r.dashboard = o.dashboard;
   r.dashboard_keep = o.dashboard_keep;
+  r.dashboard_names = o.dashboard_names;
   return r;
 }
 

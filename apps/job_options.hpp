@@ -26,7 +26,8 @@ struct job_request {
   tls_choice tls;                          // driver: --insecure, --cluster-dir
   launcher_config launcher;                // driver: --launcher and its options
   double link_timeout = liveness::default_seconds;
-  std::string dashboard; // [ADDR:]PORT, "" = none
+  std::string dashboard;                    // [ADDR:]PORT, "" = none
+  std::vector<std::string> dashboard_names; // Host names it answers besides addresses
   double dashboard_keep = 0;
 };
 
@@ -47,6 +48,7 @@ struct job_options {
   int gloo_timeout = 0, cycle_time_ms = 0, cache_capacity = -1;
   double fusion_threshold_mb = -1;
   std::string log_level, timeline, events, dashboard;
+  std::vector<std::string> dashboard_names;
   double dashboard_keep = 0;
   // elastic (driver only)
   std::string discovery_script;

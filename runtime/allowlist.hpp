@@ -1,6 +1,7 @@
 // Which clients a job's servers (rendezvous, torch store) serve: the addresses of the
 // job's hosts (every address their agents reported) and loopback on the driver's host.
-// Thread-safe: the job adds hosts, the servers' threads ask.
+// Loopback is the driver's own machine, not a wildcard: it speaks only for the hosts whose
+// agents run there. Thread-safe: the job adds hosts, the servers' threads ask.
 #pragma once
 
 #include <map>
@@ -13,15 +14,24 @@ namespace cafhvd {
 
 class address_allowlist {
 public:
+  /// `trust_loopback` false: loopback addresses are ordinary addresses (tests use them to
+  /// play remote clients).
   explicit address_allowlist(bool trust_loopback = true) : trust_loopback_(trust_loopback) {}
-  /// Host `name` (HOROVOD_HOSTNAME) reaches the servers from any of `addresses`.
-  void add_host(const std::string& name, const std::vector<std::string>& addresses);
+  /// Host `name` (HOROVOD_HOSTNAME) reaches the servers from any of `addresses`. `local`:
+  /// its agent runs on the driver's machine, so loopback clients speak for it. A remote
+  /// host's loopback addresses are its own, never a client here: they are dropped.
+  void add_host(const std::string& name, const std::vector<std::string>& addresses,
+                bool local = false);
   /// Whether a client at `address` may connect at all.
   bool allows(const std::string& address) const;
-  /// Whether a client at `address` may speak for host `name` (vote for its slots).
+  /// Whether a client at `address` may speak for host `name` (vote for its slots, write
+  /// its ranks' keys, register its notification services).
   bool speaks_for(const std::string& name, const std::string& address) const;
-  /// True the first time `address` is refused by `server` (so each is reported once).
-  bool first_refusal(const std::string& server, const std::string& address);
+  /// True the first time `what` is refused by `server` (so each is reported once), while
+  /// fewer than `max_reported` refusals were reported: a client that varies what it sends
+  /// cannot grow the set, or the operator's terminal, without bound.
+  bool first_refusal(const std::string& server, const std::string& what);
+  static constexpr size_t max_reported = 1024;
 
 private:
   bool loopback(const std::string& address) const;
@@ -29,6 +39,7 @@ private:
   mutable std::mutex m_;
   std::map<std::string, std::set<std::string>> hosts_;
   std::set<std::string> all_;
+  std::set<std::string> local_; // hosts on the driver's machine
   std::set<std::pair<std::string, std::string>> reported_;
 };
 

@@ -2,7 +2,10 @@
 // events taken under a lock, so the job's thread only ever appends.
 #include "runtime/dashboard.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <list>
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
@@ -16,6 +19,7 @@
 
 #include "runtime/timeline.hpp"
 #include "runtime/listen.hpp"
+#include "runtime/text.hpp"
 
 namespace cafhvd {
 
@@ -57,8 +61,8 @@ std::pair<std::string, uint16_t> parse_dashboard_address(const std::string& spec
   beast::error_code ec;
   net::ip::make_address(addr, ec);
   if (ec)
-    throw std::invalid_argument(fmt::format(
-        "--dashboard {}: '{}' is not an IP address of this machine", spec, addr));
+    throw std::invalid_argument(
+        fmt::format("--dashboard {}: '{}' is not an IP address of this machine", spec, addr));
   return {addr, static_cast<uint16_t>(port)};
 }
 
@@ -70,23 +74,61 @@ bool dashboard_is_loopback(const std::string& address) {
   return !ec && a.is_loopback();
 }
 
+bool dashboard_host_allowed(const std::string& host_header, const std::vector<std::string>& names) {
+  std::string host = host_header;
+  if (!host.empty() && host.front() == '[') { // [v6]:port
+    auto close = host.find(']');
+    if (close == std::string::npos)
+      return false;
+    host = host.substr(1, close - 1);
+  } else if (auto colon = host.find(':'); colon != std::string::npos) {
+    if (host.find(':', colon + 1) != std::string::npos)
+      return false; // a bare IPv6 address must be bracketed
+    host = host.substr(0, colon);
+  }
+  if (host.empty())
+    return false;
+  std::transform(host.begin(), host.end(), host.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (host == "localhost")
+    return true;
+  beast::error_code ec;
+  net::ip::make_address(host, ec);
+  if (!ec)
+    return true; // an IP literal: no name to rebind
+  return std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+    return n.size() == host.size()
+           && std::equal(n.begin(), n.end(), host.begin(), [](char a, char b) {
+                return std::tolower(static_cast<unsigned char>(a)) == b;
+              });
+  });
+}
+
 namespace {
 
 class session : public std::enable_shared_from_this<session> {
 public:
-  using render = std::function<http::response<http::string_body>(const http::request<http::string_body>&)>;
+  using render =
+      std::function<http::response<http::string_body>(const http::request<http::string_body>&)>;
   session(net::ip::tcp::socket s, render r) : stream_(std::move(s)), render_(std::move(r)) {}
 
   void start() {
     stream_.expires_after(std::chrono::seconds(10));
     http::async_read(stream_, buffer_, req_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->reading_ = false;
                        if (!ec)
                          self->answer();
                      });
   }
+  bool reading() const { return reading_; }
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+  }
 
 private:
+  bool reading_ = true;
   void answer() {
     res_ = render_(req_);
     res_.keep_alive(false);
@@ -115,7 +157,10 @@ struct dashboard::impl {
   mutable std::mutex mutex;
   std::vector<nlohmann::json> events;
   std::atomic<uint64_t> requests{0};
+  std::atomic<size_t> open_now{0};
   uint16_t port = 0;
+  // Open connections, oldest first (the server's thread only).
+  std::list<std::weak_ptr<session>> open;
 
   std::vector<nlohmann::json> snapshot() const {
     std::lock_guard<std::mutex> lock{mutex};
@@ -132,7 +177,12 @@ struct dashboard::impl {
             "default-src 'none'; style-src 'unsafe-inline'; img-src data:");
     res.set("X-Content-Type-Options", "nosniff");
     auto target = std::string(req.target());
-    if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    if (!dashboard_host_allowed(std::string(req[http::field::host]), opts.names)) {
+      res.result(http::status::misdirected_request);
+      res.set(http::field::content_type, "text/plain");
+      res.body() = "this page is served for its address, localhost, or the names given with "
+                   "--dashboard-name\n";
+    } else if (req.method() != http::verb::get && req.method() != http::verb::head) {
       res.result(http::status::method_not_allowed);
       res.set(http::field::allow, "GET, HEAD");
       res.set(http::field::content_type, "text/plain");
@@ -141,19 +191,18 @@ struct dashboard::impl {
       res.set(http::field::content_type, "text/html; charset=utf-8");
       timeline_options t;
       t.refresh_seconds = opts.refresh_seconds;
-      t.now = std::chrono::duration<double>(
-                  std::chrono::system_clock::now().time_since_epoch())
+      t.now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
                   .count();
       res.body() = timeline_html(snapshot(), opts.title, t);
     } else if (target == "/events.jsonl") {
       res.set(http::field::content_type, "application/x-ndjson");
       std::string body;
       for (auto& e : snapshot())
-        body += e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+        body += json_text(e) + "\n";
       res.body() = std::move(body);
     } else if (target == "/trace.json") {
       res.set(http::field::content_type, "application/json");
-      res.body() = timeline_trace(snapshot()).dump();
+      res.body() = json_text(timeline_trace(snapshot()));
     } else {
       res.result(http::status::not_found);
       res.set(http::field::content_type, "text/plain");
@@ -168,14 +217,32 @@ struct dashboard::impl {
     return res;
   }
 
+  // Keeps at most max_connections open: beyond it, the oldest connection still reading
+  // its request is closed (idle ones cannot lock a normal fetch out).
+  void admit(std::shared_ptr<session> s) {
+    open.remove_if([](auto& w) { return w.expired(); });
+    if (open.size() >= opts.max_connections) {
+      for (auto it = open.begin(); it != open.end(); ++it)
+        if (auto old = it->lock(); old && old->reading()) {
+          old->close();
+          open.erase(it);
+          break;
+        }
+    }
+    if (open.size() >= opts.max_connections)
+      return s->close(); // every one is being answered: this one waits for none
+    open.push_back(s);
+    open_now = open.size();
+    s->start();
+  }
+
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, net::ip::tcp::socket s) {
       if (ec == net::error::operation_aborted)
         return;
-      if (!ec)
-        std::make_shared<session>(std::move(s), [this](auto& req) { return respond(req); })
-            ->start();
-      else // e.g. out of descriptors: pause instead of spinning
+      if (!ec) {
+        admit(std::make_shared<session>(std::move(s), [this](auto& req) { return respond(req); }));
+      } else // e.g. out of descriptors: pause instead of spinning
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       accept();
     });
@@ -203,15 +270,25 @@ dashboard::~dashboard() {
     impl_->thread.join();
 }
 
-uint16_t dashboard::port() const { return impl_->port; }
+uint16_t dashboard::port() const {
+  return impl_->port;
+}
 
-const std::string& dashboard::address() const { return impl_->opts.bind; }
+const std::string& dashboard::address() const {
+  return impl_->opts.bind;
+}
 
 void dashboard::add(const nlohmann::json& event) {
   std::lock_guard<std::mutex> lock{impl_->mutex};
   impl_->events.push_back(event);
 }
 
-uint64_t dashboard::requests() const { return impl_->requests; }
+uint64_t dashboard::requests() const {
+  return impl_->requests;
+}
+
+size_t dashboard::connections() const {
+  return impl_->open_now;
+}
 
 } // namespace cafhvd

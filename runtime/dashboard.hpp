@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,7 +20,18 @@ struct dashboard_options {
   uint16_t port = 0; // 0 = a free port
   std::string title = "caf-hvd job";
   int refresh_seconds = 2;
+  // Host headers served besides IP literals and "localhost" (`--dashboard-name`): any
+  // other name is refused (421), so a web page cannot read the view through a name it
+  // rebinds to this address (DNS rebinding).
+  std::vector<std::string> names;
+  // Connections at once; a new one beyond it closes the oldest still reading its request.
+  size_t max_connections = 64;
 };
+
+/// Whether a request's Host header value (`host[:port]`) may be served: an IP literal,
+/// "localhost", or one of `names` (case-insensitive). The port is not checked: an ssh
+/// tunnel forwards from a port of its own.
+bool dashboard_host_allowed(const std::string& host_header, const std::vector<std::string>& names);
 
 /// "PORT", "ADDR:PORT" or "[V6ADDR]:PORT" -> (address, port); loopback when no address
 /// is given. Throws std::invalid_argument saying what is wrong.
@@ -42,6 +54,8 @@ public:
   void add(const nlohmann::json& event);
   /// Requests answered so far (tests).
   uint64_t requests() const;
+  /// Connections open now (tests).
+  size_t connections() const;
 
 private:
   struct impl;

@@ -11,6 +11,7 @@ uint64_t kv_store::init(const std::vector<slot_info>& plan) {
   finished_.clear();
   sizes_.clear();
   hosts_.clear();
+  owners_.clear();
   total_ = 0;
   keys_ = 0;
   adhoc_bytes_ = adhoc_keys_ = 0;
@@ -18,6 +19,9 @@ uint64_t kv_store::init(const std::vector<slot_info>& plan) {
     for (auto scope :
          {std::string{"global"}, "local_" + s.hostname, "cross_" + std::to_string(s.local_rank)})
       hosts_[scope].insert(s.hostname);
+    owners_["global"][s.rank] = s.hostname;
+    owners_["local_" + s.hostname][s.local_rank] = s.hostname;
+    owners_["cross_" + std::to_string(s.local_rank)][s.cross_rank] = s.hostname;
     sizes_["global"] = s.size;
     sizes_["local_" + s.hostname] = s.local_size;
     sizes_["cross_" + std::to_string(s.local_rank)] = s.cross_size;
@@ -157,6 +161,14 @@ std::optional<int> kv_store::scope_size(const std::string& scope) const {
 const std::set<std::string>* kv_store::scope_hosts(const std::string& scope) const {
   auto it = hosts_.find(scope);
   return it == hosts_.end() ? nullptr : &it->second;
+}
+
+const std::string* kv_store::rank_host(const std::string& scope, int rank) const {
+  auto it = owners_.find(scope);
+  if (it == owners_.end())
+    return nullptr;
+  auto r = it->second.find(rank);
+  return r == it->second.end() ? nullptr : &r->second;
 }
 
 std::vector<std::pair<std::string, kv_store::bytes>>

@@ -64,6 +64,9 @@ public:
   /// The hosts whose ranks use a planned scope (`global`: all; `local_<h>`: h;
   /// `cross_<k>`: those with a local rank k), or nullptr for an ad-hoc scope.
   const std::set<std::string>* scope_hosts(const std::string& scope) const;
+  /// The host of the rank `rank` of a planned scope (its rank within the scope), or
+  /// nullptr (an ad-hoc scope, a rank out of range).
+  const std::string* rank_host(const std::string& scope, int rank) const;
   size_t total_keys() const { return keys_; }
   size_t adhoc_bytes() const { return adhoc_bytes_; }
   size_t total_bytes() const { return total_; }
@@ -86,6 +89,7 @@ private:
   std::map<std::string, std::map<std::string, bytes>> data_;
   std::map<std::string, int> sizes_;
   std::map<std::string, std::set<std::string>> hosts_;
+  std::map<std::string, std::map<int, std::string>> owners_; // scope -> rank -> host
   std::map<std::string, std::set<std::string>> finished_;
   std::map<uint64_t, waiter> waiters_;
   // (scope, key) -> its waiters in the order they came: a PUT wakes only these

@@ -2,6 +2,7 @@
 // thread; sessions are asynchronous, so a thousand waiting ranks cost no threads.
 #include "runtime/rendezvous_server.hpp"
 #include "runtime/listen.hpp"
+#include "runtime/text.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -131,9 +132,16 @@ elastic_request parse_elastic_request(std::string_view raw, long max_wait_ms) {
       r.error = "expected /rank_and_size/<host>:<local_rank>\n";
       return r;
     }
-    r.what = elastic_request::kind::rank_and_size;
     r.host = slot->substr(0, colon);
     r.local_rank = lr;
+    if (!valid_host_name(r.host)) {
+      r.what = elastic_request::kind::bad;
+      r.bad_name = true;
+      r.error = "expected /rank_and_size/<host>:<local_rank>, the host's name of letters, "
+                "digits, '.', '-' or '_'\n";
+      return r;
+    }
+    r.what = elastic_request::kind::rank_and_size;
     return r;
   }
   if (raw.substr(0, upd.size()) != upd)
@@ -209,8 +217,15 @@ struct rendezvous_server::impl {
   void refuse_stranger(const std::string& addr, const std::string& what,
                        const char* why = "not an address of this job's hosts") {
     ++strangers;
-    if (opts.on_refused && opts.allowlist->first_refusal("rendezvous", addr + what))
-      opts.on_refused(fmt::format("the rendezvous server refused {} from {}: {}", what, addr, why));
+    report_refusal(addr, what, why);
+  }
+  // Once per address and what (bounded by the allowlist), escaped: `what` may carry a
+  // client's bytes.
+  void report_refusal(const std::string& addr, const std::string& what, const char* why) {
+    if (opts.on_refused && opts.allowlist
+        && opts.allowlist->first_refusal("rendezvous", addr + what))
+      opts.on_refused(
+          fmt::format("the rendezvous server refused {} from {}: {}", printable(what), addr, why));
   }
   std::atomic<size_t> now_connections{0}, now_held{0}, now_polls{0};
   rendezvous_options opts;
@@ -279,11 +294,22 @@ struct rendezvous_server::impl {
   // the store, whose keys a rank deletes when it shuts Horovod down (which the ranks of a
   // broken generation do before their peers' connections are aborted).
   std::set<tcp_endpoint> gloo;
-  void note_gloo_addresses(const std::string& value) {
+  void note_gloo_addresses(const std::string& value, const std::string& host) {
     constexpr size_t max_gloo = 1u << 20;
-    for (auto& e : gloo_addresses(value))
+    for (auto& e : gloo_addresses(value)) {
+      if (opts.allowlist && !opts.allowlist->speaks_for(host, endpoint_address(e)))
+        continue; // a listener elsewhere than on the rank's host is not the rank's
       if (gloo.size() < max_gloo)
         gloo.insert(e);
+    }
+  }
+  // "10.0.0.1" of 10.0.0.1:80, "fe80::1" of [fe80::1]:80
+  static std::string endpoint_address(const tcp_endpoint& e) {
+    auto s = e.str();
+    s = s.substr(0, s.rfind(':'));
+    if (s.size() >= 2 && s.front() == '[')
+      s = s.substr(1, s.size() - 2);
+    return s;
   }
 };
 
@@ -407,24 +433,59 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       if (parse_elastic_target(std::string_view{raw.data(), raw.size()}, keep))
         return;
     }
-    if (srv.opts.allowlist
-        && (req.method() == http::verb::put || req.method() == http::verb::delete_)) {
-      // A planned scope is written only by the hosts whose ranks use it.
-      auto t = parse_target(std::string_view{raw.data(), raw.size()});
-      if (t && !writes_allowed(t->scope)) {
-        srv.refuse_stranger(client.to_string(), fmt::format("a write to scope {}", t->scope),
+    auto t = parse_target(std::string_view{raw.data(), raw.size()});
+    auto addr = client.to_string();
+    // Horovod workers' notification registrations (with their HMAC keys) are the
+    // driver's alone: it reads them from the server, never over the network.
+    if (t && t->scope == "worker_addresses" && req.method() == http::verb::get) {
+      srv.report_refusal(addr, "a read of scope worker_addresses",
+                         "registrations are read by the driver only");
+      ++srv.rejected;
+      return reply(http::status::forbidden, "worker_addresses is read by the driver only\n", keep);
+    }
+    // A rank's own keys in a planned scope (Gloo's PUT rank_<r>, Horovod's DELETE <r>)
+    // come from the host of that rank only; the rest of a planned scope is read and
+    // written by the hosts whose ranks use it.
+    const std::string* owner = nullptr;
+    if (t)
+      if (auto r = rank_of_key(req.method(), t->key))
+        owner = srv.store.rank_host(t->scope, *r);
+    if (srv.opts.allowlist && t) {
+      bool write = req.method() != http::verb::get;
+      if (owner && !srv.opts.allowlist->speaks_for(*owner, addr)) {
+        srv.refuse_stranger(addr, fmt::format("a write of key {} of scope {}", t->key, t->scope),
+                            "not an address of the host of that rank");
+        ++srv.rejected;
+        return reply(http::status::forbidden,
+                     fmt::format("key {} of scope {} is written only by its rank's host\n",
+                                 printable(t->key), printable(t->scope)),
+                     keep);
+      }
+      if (!owner && !scope_member(t->scope)) {
+        srv.refuse_stranger(addr,
+                            fmt::format("a {} scope {}", write ? "write to" : "read of", t->scope),
                             "not an address of the hosts whose ranks use that scope");
         ++srv.rejected;
         return reply(http::status::forbidden,
-                     fmt::format("scope {} is written only by its own hosts\n", t->scope), keep);
+                     fmt::format("scope {} is {} only by its own hosts\n", printable(t->scope),
+                                 write ? "written" : "read"),
+                     keep);
       }
     }
     std::optional<std::pair<std::string, int>> registering;
-    if (srv.on_register && req.method() == http::verb::put) {
+    if (req.method() == http::verb::put && t && t->scope == "worker_addresses") {
       registering = parse_registration(std::string_view{raw.data(), raw.size()});
-      if (registering && srv.opts.allowlist
-          && !srv.opts.allowlist->speaks_for(registering->first, client.to_string())) {
-        srv.refuse_stranger(client.to_string(),
+      if (!registering || !valid_host_name(registering->first)) {
+        ++srv.rejected;
+        srv.report_refusal(addr, fmt::format("a notification service for slot '{}'", t->key),
+                           "not <host>:<local_rank> of a host name");
+        return reply(http::status::bad_request,
+                     "expected /worker_addresses/<host>:<local_rank>, the host's name of "
+                     "letters, digits, '.', '-' or '_'\n",
+                     keep);
+      }
+      if (srv.opts.allowlist && !srv.opts.allowlist->speaks_for(registering->first, addr)) {
+        srv.refuse_stranger(addr,
                             fmt::format("a notification service for host {}", registering->first));
         ++srv.rejected;
         return reply(
@@ -434,10 +495,14 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       }
     }
     std::string registered_body;
-    if (registering)
+    if (registering && srv.on_register)
       registered_body = req.body();
-    if (req.method() == http::verb::put)
-      srv.note_gloo_addresses(req.body());
+    else
+      registering.reset();
+    // The Gloo listeners a job's abort may cut: only from a rank's own key <r>, and only
+    // addresses of that rank's host (never another server a neighbour names).
+    if (req.method() == http::verb::put && owner && t->key.compare(0, 5, "rank_") != 0)
+      srv.note_gloo_addresses(req.body(), *owner);
     auto a = answer_request(srv.store, std::string_view{verb.data(), verb.size()},
                             std::string_view{raw.data(), raw.size()}, std::move(req.body()),
                             req.has_content_length() || req.chunked());
@@ -513,6 +578,9 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       return false;
     case elastic_request::kind::bad:
       ++srv.rejected;
+      if (r.bad_name)
+        srv.report_refusal(client.to_string(), fmt::format("a vote for host '{}'", r.host),
+                           "not a host name");
       reply(http::status::bad_request, r.error, keep);
       return true;
     case elastic_request::kind::rank_and_size: {
@@ -568,13 +636,31 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     return true;
   }
 
-  bool writes_allowed(const std::string& scope) const {
+  // Whether the client speaks for a host whose ranks use `scope` (any client of the job
+  // for an ad-hoc scope).
+  bool scope_member(const std::string& scope) const {
     auto* hosts = srv.store.scope_hosts(scope);
     if (!hosts)
-      return true; // an ad-hoc scope: any client of the job
+      return true;
     auto addr = client.to_string();
     return std::any_of(hosts->begin(), hosts->end(),
                        [&](auto& h) { return srv.opts.allowlist->speaks_for(h, addr); });
+  }
+
+  // The rank whose own key this is, in Gloo's connectFullMesh: PUT rank_<r> (its host's
+  // name), PUT <r> (its pairs' listening addresses); and DELETE <r> (Horovod's finish of
+  // a scope).
+  static std::optional<int> rank_of_key(http::verb verb, std::string_view key) {
+    if (verb == http::verb::put) {
+      if (key.substr(0, 5) == "rank_")
+        key.remove_prefix(5);
+    } else if (verb != http::verb::delete_) {
+      return std::nullopt;
+    }
+    if (key.empty() || key.size() > 7
+        || !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    return std::stoi(std::string{key});
   }
 
   // Every key of the scope, framed as <len>:<key><len>:<value>... (our own clients
@@ -827,8 +913,7 @@ uint16_t rendezvous_server::open_lot(uint64_t id) {
   return port;
 }
 
-void rendezvous_server::on_parked(
-    std::function<void(uint64_t, int, const std::string&)> fn) {
+void rendezvous_server::on_parked(std::function<void(uint64_t, int, const std::string&)> fn) {
   on_server_thread(impl_->io, [&] { impl_->on_parked = std::move(fn); });
 }
 

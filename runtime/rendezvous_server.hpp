@@ -78,7 +78,8 @@ struct elastic_request {
   int local_rank = -1;
   uint64_t after = 0; // update
   long wait_ms = 0;
-  std::string error; // bad: the 400 answer's body
+  std::string error;     // bad: the 400 answer's body
+  bool bad_name = false; // bad: the slot's host is not a host name (refused, reported)
 };
 
 /// `/rank_and_size/<host>:<local_rank>` or `/elastic/update[?after=G&wait_ms=N]` (waits

@@ -1,6 +1,7 @@
 // Timeline rendering: events -> a model (lanes of segments, generations, markers, hosts,
 // outcomes) -> SVG and tables, or trace events.
 #include "runtime/timeline.hpp"
+#include "runtime/text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -146,7 +147,7 @@ std::string text(const nlohmann::json& v) {
       parts.push_back(fmt::format("{} {}", k, text(x)));
     return fmt::format("{}", fmt::join(parts, ", "));
   }
-  return v.dump();
+  return json_text(v);
 }
 
 std::string str(const nlohmann::json& c, const char* key) {
@@ -203,7 +204,7 @@ public:
 private:
   model m_;
   lane job_{"job", {}};
-  std::map<std::string, host_info> hosts_; // by name
+  std::map<std::string, host_info> hosts_;  // by name
   std::vector<std::string> endpoint_order_; // the job's host order (endpoints)
   std::map<std::string, std::string> name_of_endpoint_;
   std::map<std::string, lane> slots_;
@@ -250,8 +251,8 @@ private:
     auto& h = host(name, t);
     if (h.up && h.ready) {
       host_lane(name).bars.push_back(
-          {*h.ready, t, "", fmt::format("{} ready {} to {}", name, seconds(rel(*h.ready)),
-                                        seconds(rel(t))),
+          {*h.ready, t, "",
+           fmt::format("{} ready {} to {}", name, seconds(rel(*h.ready)), seconds(rel(t))),
            "#b6d7a8", "up"});
     }
     h.up = false;
@@ -283,8 +284,8 @@ private:
       if (g.number <= p.generation || !g.released || *g.released <= from || *g.released >= t)
         continue;
       l.bars.push_back({from, *g.released, fmt::format("rank {}", rank),
-                        fmt::format("rank {} on {} (slot {}), generation {}, pid {}", rank,
-                                    p.host, slot, gen, p.pid),
+                        fmt::format("rank {} on {} (slot {}), generation {}, pid {}", rank, p.host,
+                                    slot, gen, p.pid),
                         "#6fa8dc", "carried"});
       from = *g.released;
       gen = g.number;
@@ -305,8 +306,7 @@ private:
       endpoint_order_ = strings(c, "hosts");
     } else if (name == "discovery") {
       for (auto& ep : strings(c, "hosts"))
-        if (std::find(endpoint_order_.begin(), endpoint_order_.end(), ep)
-            == endpoint_order_.end())
+        if (std::find(endpoint_order_.begin(), endpoint_order_.end(), ep) == endpoint_order_.end())
           endpoint_order_.push_back(ep);
     } else if (name == "phase.begin") {
       auto p = str(c, "phase");
@@ -318,8 +318,8 @@ private:
       if (auto it = phase_open_.find(p); it != phase_open_.end()) {
         if (m_.kind == "static" || p == "teardown")
           job_.bars.push_back({it->second, t, p,
-                               fmt::format("{}: {:.1f} ms", p, (t - it->second) * 1000),
-                               "#8fb3de", "phase"});
+                               fmt::format("{}: {:.1f} ms", p, (t - it->second) * 1000), "#8fb3de",
+                               "phase"});
         phase_open_.erase(it);
       }
     } else if (name == "host.ready") {
@@ -348,16 +348,15 @@ private:
     } else if (name == "host.blacklisted") {
       auto n = str(c, "host");
       auto cool = c.find("cooldown_seconds");
-      auto until = cool == c.end() || cool->is_null()
-                       ? std::string{"for the rest of the job"}
-                       : fmt::format("for {} s", text(*cool));
+      auto until = cool == c.end() || cool->is_null() ? std::string{"for the rest of the job"}
+                                                      : fmt::format("for {} s", text(*cool));
       if (auto& h = host(n, t); !h.up && h.ending.rfind("lost", 0) == 0)
         h.ending += fmt::format("; blacklisted {}", until);
       else
         host_down(n, t, fmt::format("blacklisted at {} {}", seconds(rel(t)), until));
       host_lane(n).bars.push_back(
-          {t, t, "blacklisted", fmt::format("{} blacklisted {} after {} failure(s)", n, until,
-                                            str(c, "failures")),
+          {t, t, "blacklisted",
+           fmt::format("{} blacklisted {} after {} failure(s)", n, until, str(c, "failures")),
            "#cc0000", "blacklisted"});
       mark(t, "blacklisted", "blacklisted " + n, until);
     } else if (name == "host.returned") {
@@ -539,8 +538,8 @@ private:
                          "waiting for enough hosts (--min-np)", "#d9d2e9", "waiting"});
     for (size_t i = 0; i < m_.generations.size(); ++i) {
       auto& g = m_.generations[i];
-      double end = std::min(i + 1 < m_.generations.size() ? m_.generations[i + 1].begin : stop,
-                            stop);
+      double end =
+          std::min(i + 1 < m_.generations.size() ? m_.generations[i + 1].begin : stop, stop);
       if (end < g.begin)
         continue;
       double released = g.released ? std::min(*g.released, end) : end;
@@ -583,10 +582,9 @@ std::string tables(const model& m) {
   std::string out = "<h2>Hosts</h2>\n<table class=\"hosts\"><tr><th>host</th><th>endpoint"
                     "</th><th>first ready</th><th>how it ended</th></tr>\n";
   for (auto& h : m.hosts)
-    out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", xml(h.name),
-                       xml(h.endpoint),
-                       h.ready ? seconds(h.first_seen - m.t0) : std::string{"never"},
-                       xml(h.ending));
+    out += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", xml(h.name), xml(h.endpoint),
+        h.ready ? seconds(h.first_seen - m.t0) : std::string{"never"}, xml(h.ending));
   out += "</table>\n<h2>Generations</h2>\n<table class=\"generations\"><tr><th>generation"
          "</th><th>ranks</th><th>hosts</th><th>change</th><th>formed</th><th>released</th>"
          "<th>lasted</th></tr>\n";
@@ -724,8 +722,8 @@ std::string timeline_html(const std::vector<nlohmann::json>& events, const std::
     svg += fmt::format("<g class=\"marker {0}\"><line x1=\"{1:.1f}\" x2=\"{1:.1f}\" y1=\"{2:.1f}\" "
                        "y2=\"{3:.1f}\" stroke=\"{4}\" stroke-width=\"1.5\"/><text x=\"{5:.1f}\" "
                        "y=\"{6:.1f}\" fill=\"{4}\">{7}</text><title>{8}</title></g>\n",
-                       mk.kind, x(mk.t), y + 2, lanes_bottom, marker_color(mk.kind), x(mk.t) + 2,
-                       y, xml(mk.text), xml(mk.detail.empty() ? mk.text : mk.text + ": " + mk.detail));
+                       mk.kind, x(mk.t), y + 2, lanes_bottom, marker_color(mk.kind), x(mk.t) + 2, y,
+                       xml(mk.text), xml(mk.detail.empty() ? mk.text : mk.text + ": " + mk.detail));
   }
   double step = tick_step(span);
   for (double s = 0; s <= span + 1e-9; s += step)
@@ -763,18 +761,19 @@ std::string timeline_html(const std::vector<nlohmann::json>& events, const std::
                                                             opts.refresh_seconds)
                                               : std::string{"the log ends before the job did"});
   return fmt::format(
-      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">{4}<title>{0}</title>"
-      "<style>body{{font-family:sans-serif;margin:16px}} table{{border-collapse:collapse;"
-      "margin-bottom:12px}} td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}}"
-      " .legend{{margin:8px 0;line-height:1.8}} .key{{margin-right:12px;white-space:nowrap}}"
-      " .key i{{display:inline-block;width:14px;height:10px;margin-right:4px;"
-      "border:1px solid #888}}</style></head>\n"
-      "<body><h1>{0}</h1><p class=\"state\">{1} job, {5}; {2} events over {3:.1f} ms.</p>\n",
-      xml(title), xml(m.kind), events.size(), span * 1000,
-      opts.refresh_seconds > 0 && !m.exit_code
-          ? fmt::format("<meta http-equiv=\"refresh\" content=\"{}\">", opts.refresh_seconds)
-          : std::string{},
-      xml(state)) + legend + svg + tables(m) + "</body></html>\n";
+             "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">{4}<title>{0}</title>"
+             "<style>body{{font-family:sans-serif;margin:16px}} table{{border-collapse:collapse;"
+             "margin-bottom:12px}} td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}}"
+             " .legend{{margin:8px 0;line-height:1.8}} .key{{margin-right:12px;white-space:nowrap}}"
+             " .key i{{display:inline-block;width:14px;height:10px;margin-right:4px;"
+             "border:1px solid #888}}</style></head>\n"
+             "<body><h1>{0}</h1><p class=\"state\">{1} job, {5}; {2} events over {3:.1f} ms.</p>\n",
+             xml(title), xml(m.kind), events.size(), span * 1000,
+             opts.refresh_seconds > 0 && !m.exit_code
+                 ? fmt::format("<meta http-equiv=\"refresh\" content=\"{}\">", opts.refresh_seconds)
+                 : std::string{},
+             xml(state))
+         + legend + svg + tables(m) + "</body></html>\n";
 }
 
 nlohmann::json timeline_trace(const std::vector<nlohmann::json>& events) {
@@ -812,8 +811,8 @@ nlohmann::json timeline_trace(const std::vector<nlohmann::json>& events) {
                    {"ts", us(g.begin)},
                    {"dur", std::max(us(g.end) - us(g.begin), 1.0)},
                    {"args",
-                    {{"released_ms", g.released ? nlohmann::json((*g.released - m.t0) * 1000)
-                                                : nlohmann::json()},
+                    {{"released_ms",
+                      g.released ? nlohmann::json((*g.released - m.t0) * 1000) : nlohmann::json()},
                      {"added", g.added},
                      {"removed", g.removed}}}});
   for (auto& mk : m.markers)

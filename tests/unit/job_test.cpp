@@ -677,9 +677,9 @@ TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a request at the lot counts for
   gloo_progress(*this, 1, "global", 0, false);
   discover("a:1:1\nb:2:1\nc:3:1\n"); // c's newcomer (rank 2) starts, pointed at lot 2
   caf::anon_send(coordinator(), allow_atom::value, std::string{"a"},
-                 std::vector<std::string>{"10.0.0.1"});
+                 std::vector<std::string>{"10.0.0.1"}, false);
   caf::anon_send(coordinator(), allow_atom::value, std::string{"c"},
-                 std::vector<std::string>{"10.0.0.3"});
+                 std::vector<std::string>{"10.0.0.3"}, false);
   vote("a", 0);
   vote("b", 0);
   // a process on a (any client the job's allowlist admits) claims c's first request
@@ -689,8 +689,8 @@ TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a request at the lot counts for
   // ... and that rank 2 began and finished generation 1's global rendezvous: a plan it
   // was never in (store generation 1 has ranks 0 and 1 only) is not reported at all;
   // the same from a's address for rank 1 (b's) is ignored too
-  caf::anon_send(coordinator(), reached_atom::value, uint64_t{1}, std::string{"global"},
-                 int32_t{1}, true, std::string{"10.0.0.1"});
+  caf::anon_send(coordinator(), reached_atom::value, uint64_t{1}, std::string{"global"}, int32_t{1},
+                 true, std::string{"10.0.0.1"});
   sched.run();
   auto ev = events();
   CHECK(count_named(ev, "rank.parked") == 0);

@@ -2,6 +2,7 @@
 // exact bytes Horovod's clients send and the malformed inputs they must survive.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <chrono>
 #include <mutex>
@@ -16,8 +17,13 @@
 #include <tuple>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/allowlist.hpp"
 #include "runtime/kv_store.hpp"
 #include "runtime/rendezvous_server.hpp"
+#include "runtime/text.hpp"
 #include "socket_util.hpp"
 
 using namespace cafhvd;
@@ -588,28 +594,207 @@ TEST_CASE("server: only the job's hosts connect, and a vote only from the host i
   CHECK(status_of(request(own.port(), "GET", "/x/y")) == 404);
 }
 
-TEST_CASE("server: a planned scope is written only by the hosts whose ranks use it") {
+TEST_CASE("server: a planned scope is read and written only by the hosts whose ranks use it") {
   allowlisted a;
   auto& reported = a.reported;
   auto& m = a.m;
   rendezvous_server srv{a.options()};
   srv.init(get_host_assignments({{"A", 1}, {"B", 2}}, 3));
-  CHECK(status_of(request(srv.port(), "PUT", "/global/0", "a")) == 200);
-  CHECK(status_of(request(srv.port(), "PUT", "/local_A/0", "a")) == 200);
-  CHECK(status_of(request(srv.port(), "PUT", "/cross_0/0", "a")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/x", "a")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/local_A/x", "a")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_0/x", "a")) == 200);
   CHECK(status_of(request(srv.port(), "PUT", "/runfunc/func", "f")) == 200); // ad hoc
-  auto forged = request(srv.port(), "PUT", "/local_B/1", "poison");
+  auto forged = request(srv.port(), "PUT", "/local_B/x", "poison");
   CHECK(status_of(forged) == 403);
   CHECK(body_of(forged) == "scope local_B is written only by its own hosts\n");
-  CHECK(status_of(request(srv.port(), "PUT", "/cross_1/0", "poison")) == 403);
-  CHECK(status_of(request(srv.port(), "DELETE", "/local_B/1")) == 403);
-  CHECK(status_of(request(srv.port(), "GET", "/local_B/1")) == 404); // nothing was written
-  CHECK(status_of(request(srv.port(), "GET", "/local_A/0")) == 200); // reading is allowed
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_1/x", "poison")) == 403);
+  CHECK(status_of(request(srv.port(), "GET", "/local_B/x")) == 403); // nor read
+  CHECK(status_of(request(srv.port(), "GET", "/local_B/x?snapshot=1")) == 403);
+  CHECK(status_of(request(srv.port(), "GET", "/local_A/x")) == 200); // its own
+  CHECK(status_of(request(srv.port(), "GET", "/global/x?snapshot=1")) == 200);
   std::lock_guard g{m};
-  REQUIRE(reported.size() == 2); // once per address and scope
+  REQUIRE(reported.size() == 3); // once per address and what
   CHECK(reported[0]
         == "the rendezvous server refused a write to scope local_B from 127.0.0.1: "
            "not an address of the hosts whose ranks use that scope");
+  CHECK(reported[2]
+        == "the rendezvous server refused a read of scope local_B from 127.0.0.1: "
+           "not an address of the hosts whose ranks use that scope");
+}
+
+TEST_CASE("server: a rank's own keys (Gloo's rank_<r> and <r>, Horovod's DELETE <r>) come "
+          "from its host only, also in a scope both hosts use") {
+  allowlisted a;
+  rendezvous_server srv{a.options()};
+  srv.init(get_host_assignments({{"A", 1}, {"B", 2}}, 3)); // global: A rank 0, B ranks 1-2
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_0", "A")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/0", "addresses")) == 200);
+  auto forged = request(srv.port(), "PUT", "/global/rank_1", "A");
+  CHECK(status_of(forged) == 403);
+  CHECK(body_of(forged) == "key rank_1 of scope global is written only by its rank's host\n");
+  CHECK(status_of(request(srv.port(), "PUT", "/global/2", "poison")) == 403);
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/1")) == 403);
+  CHECK(status_of(request(srv.port(), "GET", "/global/rank_1")) == 404); // nothing written
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/0")) == 200);
+  std::lock_guard g{a.m};
+  CHECK(std::count(a.reported.begin(), a.reported.end(),
+                   "the rendezvous server refused a write of key rank_1 of scope global from "
+                   "127.0.0.1: not an address of the host of that rank")
+        == 1);
+}
+
+namespace {
+// A Gloo pair address list (connectFullMesh's value for one rank) naming one listener.
+std::string gloo_value(const char* ip, uint16_t port) {
+  sockaddr_storage ss{};
+  auto* sa = reinterpret_cast<sockaddr_in*>(&ss);
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons(port);
+  inet_pton(AF_INET, ip, &sa->sin_addr);
+  std::string value(reinterpret_cast<const char*>(&ss), sizeof(ss));
+  ssize_t seq = 1;
+  value.append(reinterpret_cast<const char*>(&seq), sizeof(seq));
+  return value;
+}
+} // namespace
+
+TEST_CASE("server: the Gloo listeners a job's abort may cut come only from a rank's own "
+          "address key, and only at its host's addresses") {
+  allowlisted a; // A at 127.0.0.1, B at 10.99.0.2
+  rendezvous_server srv{a.options()};
+  srv.init(get_host_assignments({{"A", 1}, {"B", 1}}, 2));
+  // a neighbour names a database server: in an ad-hoc scope, in another key, as its own
+  // rank's listener elsewhere, and as B's rank (refused outright)
+  CHECK(status_of(request(srv.port(), "PUT", "/runfunc/x", gloo_value("127.0.0.1", 5432))) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/x", gloo_value("127.0.0.1", 5432))) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/0", gloo_value("10.7.7.7", 5432))) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/1", gloo_value("10.99.0.2", 5432))) == 403);
+  CHECK(srv.gloo_endpoints().empty());
+  // rank 0's own listener on its host
+  CHECK(status_of(request(srv.port(), "PUT", "/global/0", gloo_value("127.0.0.1", 40001))) == 200);
+  auto gloo = srv.gloo_endpoints();
+  REQUIRE(gloo.size() == 1);
+  CHECK(gloo.begin()->str() == "127.0.0.1:40001");
+}
+
+TEST_CASE("server: Horovod workers' registrations are never read back (GET and snapshot of "
+          "worker_addresses are refused), elastic or not") {
+  for (bool elastic : {false, true}) {
+    CAPTURE(elastic);
+    allowlisted a;
+    rendezvous_server srv{a.options()};
+    srv.init(plan_3_plus_1());
+    std::vector<std::string> registered;
+    if (elastic)
+      srv.enable_elastic([](const std::string&, int) {},
+                         [&](const std::string& h, int lr, const std::string&) {
+                           registered.push_back(slot_key(h, lr));
+                         });
+    CHECK(status_of(request(srv.port(), "PUT", "/worker_addresses/A:0", "pickle")) == 200);
+    auto read = request(srv.port(), "GET", "/worker_addresses/A:0");
+    CHECK(status_of(read) == 403);
+    CHECK(body_of(read) == "worker_addresses is read by the driver only\n");
+    CHECK(read.find("pickle") == std::string::npos);
+    CHECK(status_of(request(srv.port(), "GET", "/worker_addresses/A:0?snapshot=1")) == 403);
+    CHECK(status_of(request(srv.port(), "GET", "/worker_addresses/A:0?wait_ms=10")) == 403);
+    CHECK(registered.size() == (elastic ? 1u : 0u));
+  }
+}
+
+TEST_CASE("server: loopback is the driver's own machine: it speaks for the hosts whose agents "
+          "run there, never for a remote host (whose own loopback address is dropped)") {
+  auto allow = std::make_shared<address_allowlist>(); // loopback trusted, as in a job
+  allow->add_host("L", {"127.0.0.1", "10.1.1.1"}, true);
+  allow->add_host("R", {"127.0.0.1", "10.99.0.2"}, false); // R's lo is R's own
+  CHECK(allow->speaks_for("L", "127.0.0.1"));
+  CHECK(allow->speaks_for("L", "127.0.0.5"));
+  CHECK_FALSE(allow->speaks_for("R", "127.0.0.1"));
+  CHECK(allow->speaks_for("R", "10.99.0.2"));
+  CHECK_FALSE(allow->speaks_for("L", "10.99.0.2"));
+  rendezvous_options o;
+  o.allowlist = allow;
+  std::vector<std::string> reported;
+  std::mutex m;
+  o.on_refused = [&](const std::string& what) {
+    std::lock_guard g{m};
+    reported.push_back(what);
+  };
+  rendezvous_server srv{o};
+  srv.init(get_host_assignments({{"L", 1}, {"R", 1}}, 2));
+  std::vector<std::string> votes;
+  srv.enable_elastic([&](const std::string& h, int lr) {
+    std::lock_guard g{m};
+    votes.push_back(slot_key(h, lr));
+  });
+  auto vote = request(srv.port(), "GET", "/rank_and_size/R:0");
+  CHECK(status_of(vote) == 403);
+  CHECK(body_of(vote) == "a vote for host R must come from that host\n");
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_1", "R")) == 403); // R's rank
+  CHECK(status_of(request(srv.port(), "PUT", "/local_R/x", "poison")) == 403);
+  CHECK(status_of(request(srv.port(), "PUT", "/worker_addresses/R:0", "pickle")) == 403);
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_0", "L")) == 200); // L's own
+  int held = send_only(srv.port(), get_line("/rank_and_size/L:0"));
+  wait_for([&] { return srv.stats().held == 1; });
+  ::close(held);
+  std::lock_guard g{m};
+  CHECK(votes == std::vector<std::string>{"L:0"});
+  CHECK(reported.size() == 4);
+}
+
+TEST_CASE("server: a slot whose host is not a host name (bytes that are not UTF-8, escapes, "
+          "line breaks) gets 400 in every request kind; the operator sees it escaped") {
+  allowlisted a;
+  rendezvous_server srv{a.options()};
+  srv.init(plan_3_plus_1());
+  std::vector<std::string> votes, registered;
+  srv.enable_elastic(
+      [&](const std::string& h, int) { votes.push_back(h); },
+      [&](const std::string& h, int, const std::string&) { registered.push_back(h); });
+  for (auto* name : {"%ff%fe", "%1b%5b31mA%0a", "A%20B", "A%00"}) {
+    CAPTURE(name);
+    auto vote = request(srv.port(), "GET", fmt::format("/rank_and_size/{}:0", name));
+    CHECK(status_of(vote) == 400);
+    CHECK(body_of(vote).find("host's name") != std::string::npos);
+    CHECK(
+        status_of(request(srv.port(), "PUT", fmt::format("/worker_addresses/{}:0", name), "pickle"))
+        == 400);
+  }
+  CHECK(status_of(request(srv.port(), "PUT", "/worker_addresses/nocolon", "pickle")) == 400);
+  CHECK(status_of(request(srv.port(), "GET", "/global/x")) == 404); // the server goes on
+  CHECK(votes.empty());
+  CHECK(registered.empty());
+  std::lock_guard g{a.m};
+  bool escaped = false;
+  for (auto& line : a.reported) {
+    CHECK(line.find('\x1b') == std::string::npos);
+    CHECK(line.find('\n') == std::string::npos);
+    CHECK(line.find('\xff') == std::string::npos);
+    escaped = escaped || line.find("'\\x1b[31mA\\x0a'") != std::string::npos;
+  }
+  CHECK(escaped);
+}
+
+TEST_CASE("allowlist: refusals are reported once each, and at most max_reported in all") {
+  address_allowlist allow;
+  CHECK(allow.first_refusal("s", "x"));
+  CHECK_FALSE(allow.first_refusal("s", "x"));
+  for (size_t i = 1; i < address_allowlist::max_reported; ++i)
+    CHECK(allow.first_refusal("s", std::to_string(i)));
+  CHECK_FALSE(allow.first_refusal("s", "one more"));
+}
+
+TEST_CASE("text: printable escapes what a terminal would act on; host names are checked") {
+  CHECK(printable("ha") == "ha");
+  CHECK(printable("a\x1b[2J\nb\\") == "a\\x1b[2J\\x0ab\\x5c");
+  CHECK(printable(std::string(300, 'x')).size() == 259);
+  CHECK(valid_host_name("node-1.example_2"));
+  CHECK_FALSE(valid_host_name(""));
+  CHECK_FALSE(valid_host_name("a b"));
+  CHECK_FALSE(valid_host_name("a\xff"));
+  CHECK_FALSE(valid_host_name(std::string(256, 'a')));
+  nlohmann::json j = {{"host", std::string("\xff\xfe")}};
+  CHECK_NOTHROW(json_text(j));
+  CHECK_THROWS(j.dump()); // what the job used to do with such a name
 }
 
 TEST_CASE("server: binding to a bad address is an error that names it") {
