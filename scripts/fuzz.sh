@@ -2,14 +2,15 @@
 # Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for SECONDS, two at a
 # time, then merges what they found into the regression corpus in tests/fuzz/corpus.
 # usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: host_list hostfile discovery
-#        rendezvous torch_store frames slurm_hostlist timeline worker_registration; default: all,
+#        rendezvous rendezvous_server torch_store frames slurm_hostlist timeline worker_registration;
+#        default: all,
 #        600 s each). Logs go to build-fuzz/logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(host_list hostfile discovery rendezvous torch_store frames slurm_hostlist timeline
+((${#targets[@]})) || targets=(host_list hostfile discovery rendezvous rendezvous_server torch_store frames slurm_hostlist timeline
                             worker_registration)
 
 need=()
@@ -29,7 +30,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 sources=(runtime/host_spec.cpp runtime/assignment.cpp runtime/kv_store.cpp
          runtime/rendezvous_server.cpp runtime/torch_store_protocol.cpp runtime/channel.cpp
          runtime/output_writer.cpp runtime/allocation.cpp runtime/timeline.cpp
-         runtime/allowlist.cpp runtime/horovod_wire.cpp runtime/socket_abort.cpp
+         runtime/allowlist.cpp runtime/text.cpp runtime/horovod_wire.cpp runtime/socket_abort.cpp
          # Horovod's wire signs with the network module's HMAC, linked in here
          runtime/net.cpp runtime/process.cpp runtime/credentials.cpp
          net/module.cpp net/credentials.cpp net/tls_context.cpp)
