@@ -3,8 +3,11 @@ with a host discovery script whose output the test rewrites, and caf-hvd-allredu
 elastic loop as the training program. Checked from the ranks' own output and the
 driver's messages. Run by `meson test`; prints a closing 'N passed, N failed' line."""
 
+import json
 import os
 import re
+import socket
+import struct
 import shutil
 import signal
 import stat
@@ -414,6 +417,116 @@ class ElasticTest(unittest.TestCase):
                            r"unset", first + out)
         self.assertIn(("hb:0", "2"), [(s, g) for s, g, _ in ports], first + out)
         self.assertTrue(all(int(p) > 0 for _, _, p in ports), ports)
+
+    # -- requests a neighbour sends to the job's servers ------------------------------------
+
+    def rendezvous_of(self, pid):
+        """(address, port) of the rendezvous server, from a rank's environment."""
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        return (env[b"HOROVOD_GLOO_RENDEZVOUS_ADDR"].decode(),
+                int(env[b"HOROVOD_GLOO_RENDEZVOUS_PORT"]))
+
+    @staticmethod
+    def http(server, method, path, body=b""):
+        """(status, body) of one request, sent as raw bytes (paths may hold any byte)."""
+        with socket.create_connection(server, timeout=5) as s:
+            s.sendall(f"{method} ".encode() + path + b" HTTP/1.1\r\nHost: x\r\n"
+                      b"Connection: close\r\nContent-Length: " + str(len(body)).encode()
+                      + b"\r\n\r\n" + body)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        return int(head.split()[1]), rest
+
+    def test_names_that_are_not_host_names_get_400_and_reach_the_terminal_escaped(self):
+        """A slot name with an escape sequence and a line break, one that is not UTF-8 (a
+        PUT /worker_addresses/%ff%fe:0 used to end the job: its JSON event threw in the
+        coordinator), and a read of the registrations: each refused, the job unharmed."""
+        self.c.node("ha")
+        self.set_hosts(("ha", 1))
+        self.start("--min-np", "1", steps=120)
+        self.wait_for_step(5)
+        server = self.rendezvous_of(self.rank_pid(0))
+        for method, path in [("GET", b"/rank_and_size/%1b[2J%1b[31mEVIL%0a:0"),
+                             ("GET", b"/rank_and_size/%ff%fe:0"),
+                             ("PUT", b"/worker_addresses/%ff%fe:0"),
+                             ("PUT", b"/worker_addresses/%1b]0;title%07:0")]:
+            status, body = self.http(server, method, path, b"x")
+            self.assertEqual(status, 400, (path, body))
+        self.assertEqual(self.http(server, "GET", b"/worker_addresses/ha:0")[0], 403)
+        self.assertEqual(self.http(server, "GET", b"/worker_addresses/ha:0?snapshot=1")[0], 403)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.check_run(out, 120)
+        self.assertNotIn("\x1b", err)
+        self.assertIn("the rendezvous server refused a vote for host '\\x1b[2J\\x1b[31mEVIL"
+                      "\\x0a' from 127.0.0.1: not a host name", err)
+        self.assertNotIn("coordinator ended", err)
+
+    def test_a_neighbours_put_cannot_make_the_abort_cut_a_ranks_other_connection(self):
+        """Any PUT body used to add Gloo endpoints, which the agents cut in the survivors'
+        processes when a generation breaks: a neighbour could name a database the ranks
+        use. Each rank's process group holds a connection to a listener this test owns;
+        the neighbour PUTs that listener's address in Gloo's layout (an ad-hoc scope and a
+        key of scope global that is no rank's); hb's rank is killed; ha's connection is
+        still up after the abort (which did run: the gloo.abort event)."""
+        db = socket.socket()
+        db.bind(("127.0.0.1", 0))
+        db.listen(8)
+        db.settimeout(30)
+        self.addCleanup(db.close)
+        holder = os.path.join(self.dir, "holder.py")
+        with open(holder, "w") as f:
+            f.write("import os, socket, time\n"
+                    f"s = socket.create_connection(('127.0.0.1', {db.getsockname()[1]}))\n"
+                    "s.sendall(os.environ['HOROVOD_HOSTNAME'].encode() + b'\\n')\n"
+                    "time.sleep(120)\n")
+        events = os.path.join(self.dir, "events.jsonl")
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 1), ("hb", 1))
+        self.start("--min-np", "1", "--events", events, program=[
+            "sh", "-c", f"{sys.executable} {holder} & exec {ALLREDUCE} --elastic --steps 400 "
+                        "--step-ms 20"])
+        conns = {}
+        for _ in range(2):
+            c, _ = db.accept()
+            self.addCleanup(c.close)
+            conns[c.makefile().readline().strip()] = c
+        self.assertEqual(set(conns), {"ha", "hb"})
+        self.wait_for_step(10)
+        server = self.rendezvous_of(self.rank_pid(0))
+        poison = (struct.pack("=H", socket.AF_INET) + struct.pack("!H", db.getsockname()[1])
+                  + socket.inet_aton("127.0.0.1")).ljust(128, b"\0") + struct.pack("=q", 1)
+        for path in (b"/database/x", b"/global/x", b"/global/rank_x"):
+            self.assertEqual(self.http(server, "PUT", path, poison)[0], 200, path)
+        victim = pid_with_env(ALLREDUCE, prefix=True, HOROVOD_HOSTNAME="hb")
+        self.assertIsNotNone(victim)
+        os.kill(victim, signal.SIGKILL)
+
+        def aborted():
+            try:
+                with open(events) as f:
+                    return [json.loads(l) for l in f if '"gloo.abort"' in l]
+            except OSError:
+                return []
+        wait_until(lambda: any(e["context"]["host"] == "ha" for e in aborted()), 20,
+                   "ha's Gloo abort")
+        time.sleep(0.3)
+        ha = conns["ha"]
+        ha.setblocking(False)
+        try:
+            data = ha.recv(1)
+            self.fail(f"ha's connection to the test's listener was cut (read {data!r})")
+        except BlockingIOError:
+            pass  # still up, nothing to read
+        abort = [e for e in aborted() if e["context"]["host"] == "ha"][0]["context"]
+        self.assertGreaterEqual(abort["processes"], 1, abort)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("host hb is blacklisted", err)
 
     # -- host changes --------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -554,6 +555,49 @@ class HorovodElastic(Scenarios, unittest.TestCase):
                                   r"state over", err[-3000:])
             self.assertLess(ended, 20, f"the job ended {ended:.1f} s after the kill "
                                        f"(Horovod's Gloo timeout is 30 s):\n{err[-3000:]}")
+
+    def test_registrations_are_never_read_back_and_notices_still_work(self):
+        """Horovod workers register their notification services (address and HMAC key,
+        horovod/runner/elastic/worker.py's WorkerNotificationManager, put into the store
+        by horovod/runner/common/util/... put_data_into_kvstore) with PUT
+        /worker_addresses/<host>:<local_rank>. A GET of it (or ?snapshot=1 of the scope)
+        answered 200 with the pickle and its key: anyone the job admits could then sign a
+        request to the worker's service, which unpickles it. Refused now; the driver
+        still reads the registrations itself, so the job grows and shrinks on notices."""
+        self.train_until_commit(60, ("ha",), agents=("ha", "hb"), commit=5)
+        wait_until(lambda: '"notify.registered"' in open(self.events).read(), 30,
+                   "ha:0's registration")
+        with open(f"/proc/{self.rank_pid('ha')}/environ", "rb") as f:
+            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        server = (env[b"HOROVOD_GLOO_RENDEZVOUS_ADDR"].decode(),
+                  int(env[b"HOROVOD_GLOO_RENDEZVOUS_PORT"]))
+
+        def get(path):
+            with socket.create_connection(server, timeout=5) as s:
+                s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                          .encode())
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            return int(data.split()[1]), data
+
+        for path in ("/worker_addresses/ha:0", "/worker_addresses/ha:0?snapshot=1",
+                     "/worker_addresses/ha:0?wait_ms=100"):
+            status, data = get(path)
+            self.assertEqual(status, 403, data)
+            self.assertNotIn(b"\x80", data)  # no pickle in the answer
+        self.assertEqual(get("/unrelated/key")[0], 404)  # the server answers otherwise
+        self.set_hosts(("ha", 1), ("hb", 1))
+        self.read_until(lambda ev: any(e[0] == "resume" and e[1] == 2 for e in ev), 90,
+                        "a resume at size 2")
+        self.set_hosts(("ha", 1))
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, 60, 1, rc_got=rc)
+        self.assertEqual(sizes, [1, 2, 1], text[-3000:])
+        with open(self.events) as f:
+            sent = [json.loads(l)["context"] for l in f if '"notify.sent"' in l]
+        self.assertTrue(any(c["delivered"] and c["generation"] == 2 for c in sent), sent)
+        self.assertNotIn("blacklisted", err)
 
     def test_registration_key_never_logged(self):
         """The worker's key (it prints it, for this test) reaches neither the driver's own

@@ -162,6 +162,63 @@ class MultiHostTest(unittest.TestCase):
                       "address of this job's hosts", err)
         self.assertIn(f"the torch store refused a connection from {stranger}", err)
 
+    def test_loopback_on_the_head_speaks_only_for_the_heads_own_host(self):
+        """Loopback used to count as every host: a local user on the head node could vote in
+        rank_and_size for a remote host's slot, write its ranks' keys and scopes, or
+        register its notification service. Now a client on 127.0.0.1 of the head speaks
+        for the head's own host only; the remote host itself still may."""
+        h = self.hosts(2)
+        work = tempfile.mkdtemp(prefix="caf-hvd-mh-loopback-")
+        self.addCleanup(shutil.rmtree, work, True)
+        listing, script = os.path.join(work, "hosts"), os.path.join(work, "discover.sh")
+        with open(listing, "w") as f:
+            f.write("".join(f"{x['good_addr']}:24780:1\n" for x in h.hosts))
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {listing}\n")
+        os.chmod(script, 0o700)
+        p = subprocess.Popen(["ip", "netns", "exec", h.hosts[0]["ns"], CAF_HVD, "driver",
+                              "--host-discovery-script", script, "--min-np", "2", "--", "sh",
+                              "-c", "echo $HOROVOD_RANK $HOROVOD_GLOO_RENDEZVOUS_ADDR "
+                                    "$HOROVOD_GLOO_RENDEZVOUS_PORT; exec sleep 60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        h.procs.append(p)
+        _, addr, port = p.stdout.readline().split(":", 1)[1].split()
+        probe = ("import socket, sys\n"
+                 "s = socket.socket()\n"
+                 "if sys.argv[1] != '-':\n"
+                 "    s.bind((sys.argv[1], 0))\n"
+                 "s.settimeout(1.5)\n"
+                 "s.connect((sys.argv[2], int(sys.argv[3])))\n"
+                 "s.sendall(f'{sys.argv[4]} {sys.argv[5]} HTTP/1.1\\r\\nHost: x\\r\\n'\n"
+                 "          'Content-Length: 1\\r\\n\\r\\nx'.encode())\n"
+                 "try:\n"
+                 "    print(s.recv(100).split()[1].decode())\n"
+                 "except socket.timeout:\n"
+                 "    print('held')\n")
+
+        def ask(i, source, method, path):
+            rc, out, err = h.run(i, [sys.executable, "-c", probe, source, addr, port, method,
+                                     path], timeout=30)
+            self.assertEqual(rc, 0, err)
+            return out.strip()
+
+        head, remote = h.hosts[0]["name"], h.hosts[1]["name"]
+        # from the head's loopback: the remote host's slot, rank keys, scope, registration
+        self.assertEqual(ask(0, "127.0.0.1", "GET", f"/rank_and_size/{remote}:0"), "403")
+        self.assertEqual(ask(0, "127.0.0.1", "PUT", "/global/rank_1"), "403")  # remote's rank
+        self.assertEqual(ask(0, "127.0.0.1", "PUT", f"/local_{remote}/x"), "403")
+        self.assertEqual(ask(0, "127.0.0.1", "PUT", f"/worker_addresses/{remote}:0"), "403")
+        # ... and its own host's, which it is
+        self.assertEqual(ask(0, "127.0.0.1", "PUT", f"/local_{head}/x"), "200")
+        self.assertEqual(ask(0, "127.0.0.1", "PUT", "/global/rank_0"), "200")
+        # the remote host speaks for itself (its vote is held for the next generation)
+        self.assertEqual(ask(1, "-", "PUT", f"/local_{remote}/x"), "200")
+        os.kill(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+        self.assertIn(f"the rendezvous server refused a vote for host {remote} from 127.0.0.1",
+                      err)
+
     def test_host_whose_routable_interface_is_down(self):
         h = self.hosts(3)
         down = h.hosts[2]
