@@ -434,6 +434,42 @@ class EventTest(unittest.TestCase):
                       err)
         self.assertNotIn("ran", out)
 
+    def test_dashboard_answers_only_its_addresses_and_given_names(self):
+        """DNS rebinding: a page of attacker.example whose name resolves to the dashboard's
+        address reads it with `Host: attacker.example`: refused (421). IP literals,
+        localhost (a tunnel's port too) and --dashboard-name names are served."""
+        rc, _, err = self.c.run(["run", "-np", "1", "--dashboard-name", "head", "true"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--dashboard-name needs --dashboard", err)
+        rc, _, err = self.c.run(["run", "-np", "1", "--dashboard", "0", "--dashboard-name",
+                                 "bad\x1b[2Jname", "true"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--dashboard-name 'bad\\x1b[2Jname': give a host name", err)
+        p = self.c.start(["run", "-np", "1", "--dashboard", "0", "--dashboard-name",
+                          "head.example", "sleep", "5"])
+        port = None
+        for _ in range(20):
+            m = re.search(r"dashboard at http://127\.0\.0\.1:(\d+)/", p.stderr.readline())
+            if m:
+                port = int(m.group(1))
+                break
+        self.assertIsNotNone(port, "no dashboard address printed")
+
+        def status(host):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(f"GET /trace.json HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            return int(data.split()[1])
+
+        self.assertEqual(status(f"attacker.example:{port}"), 421)
+        self.assertEqual(status("localhost:9999"), 200)
+        self.assertEqual(status(f"127.0.0.1:{port}"), 200)
+        self.assertEqual(status("head.example"), 200)
+        p.kill()
+        p.communicate()
+
     def test_closing_summary_and_quiet(self):
         # rank 1 fails at once: its exit report may come in before the launch reply of
         # this host's ranks, and waits for it, so the run phase has begun when it counts
