@@ -56,6 +56,13 @@ class ElasticTest(unittest.TestCase):
         os.replace(tmp, self.hosts_file)
 
     def start(self, *flags, steps=100, step_ms=20, program=None):
+        # Every job keeps its event log, so a failure says what the job went through (an
+        # intermittent "the driver ended before step N" once came without it).
+        self.events = os.path.join(self.dir, "events.jsonl")
+        if "--events" in flags:
+            self.events = flags[flags.index("--events") + 1]
+        else:
+            flags = (*flags, "--events", self.events)
         args = ["driver", "--host-discovery-script", self.script, "--discovery-interval", "0.1",
                 *flags, "--"]
         args += program or [ALLREDUCE, "--elastic", "--steps", str(steps), "--step-ms",
@@ -70,8 +77,18 @@ class ElasticTest(unittest.TestCase):
         except Exception:
             self.driver.kill()
             out, err = self.driver.communicate()
-            raise AssertionError(f"driver did not finish in {timeout}s:\n{err[-3000:]}")
+            raise AssertionError(f"driver did not finish in {timeout}s:\n{err[-3000:]}"
+                                 f"{self.event_tail()}")
         return self.driver.returncode, out, err
+
+    def event_tail(self, n=40):
+        """The job's last events, one line each, for a failure's message."""
+        try:
+            with open(self.events) as f:
+                lines = f.read().splitlines()[-n:]
+        except (OSError, AttributeError):
+            return ""
+        return "\nthe job's last events:\n" + "\n".join(lines)
 
     def wait_for_step(self, n, timeout=20):
         """Reads the driver's stdout until rank 0 reports step n; returns the lines read."""
@@ -85,12 +102,14 @@ class ElasticTest(unittest.TestCase):
                 except Exception as e:
                     rc, err = None, f"(its end could not be read: {e})"
                 raise AssertionError(f"the driver ended (exit {rc}) before step {n}:\n"
-                                     f"{''.join(self.out_lines)[-2000:]}\nstderr:\n{err[-3000:]}")
+                                     f"{''.join(self.out_lines)[-2000:]}\nstderr:\n{err[-3000:]}"
+                                     f"{self.event_tail()}")
             self.out_lines.append(line)
             m = STEP.match(line.rstrip("\n"))
             if m and int(m.group(1)) >= n:
                 return
-        raise AssertionError(f"no step {n} within {timeout}s:\n{''.join(self.out_lines)[-2000:]}")
+        raise AssertionError(f"no step {n} within {timeout}s:\n{''.join(self.out_lines)[-2000:]}"
+                             f"{self.event_tail()}")
 
     def rank_pid(self, rank):
         """Pid of the program that currently has HOROVOD_RANK=rank at start (gen 1)."""
