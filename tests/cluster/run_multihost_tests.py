@@ -35,6 +35,16 @@ class MultiHostTest(unittest.TestCase):
         return h.run(0, [CAF_HVD, "driver", *options, "-np", str(sum(slots)), "-H", spec, "--",
                          *args], timeout=timeout)
 
+    def head_driver(self, h, options, words):
+        """A driver in host 0's namespace whose ranks echo `words` (shell) and sleep; returns
+        it and the words of the first rank's line."""
+        p = subprocess.Popen(["ip", "netns", "exec", h.hosts[0]["ns"], CAF_HVD, "driver",
+                              *options, "--", "sh", "-c", f"echo {words}; exec sleep 60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        h.procs.append(p)
+        return p, p.stdout.readline().split(":", 1)[1].split()
+
     def test_three_hosts_allreduce_over_differently_named_interfaces(self):
         h = self.hosts(3)
         rc, out, err = self.driver(h, [2, 1, 1], [ALLREDUCE, "--sizes", "4K,1M"])
@@ -134,14 +144,9 @@ class MultiHostTest(unittest.TestCase):
     def test_the_jobs_servers_refuse_a_host_that_is_not_in_the_job(self):
         h = self.hosts(3)
         spec = ",".join(f"{x['good_addr']}:24780:1" for x in h.hosts[:2])
-        p = subprocess.Popen(["ip", "netns", "exec", h.hosts[0]["ns"], CAF_HVD, "driver",
-                              "-np", "2", "-H", spec, "--", "sh", "-c",
-                              "echo $HOROVOD_GLOO_RENDEZVOUS_ADDR $HOROVOD_GLOO_RENDEZVOUS_PORT "
-                              "$MASTER_PORT; exec sleep 30"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-        h.procs.append(p)
-        addr, port, master = p.stdout.readline().split(":", 1)[1].split()
+        p, (addr, port, master) = self.head_driver(
+            h, ["-np", "2", "-H", spec],
+            "$HOROVOD_GLOO_RENDEZVOUS_ADDR $HOROVOD_GLOO_RENDEZVOUS_PORT $MASTER_PORT")
         probe = ("import socket, sys\n"
                  "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
                  "s.sendall(b'GET /global/none HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
@@ -176,14 +181,9 @@ class MultiHostTest(unittest.TestCase):
         with open(script, "w") as f:
             f.write(f"#!/bin/sh\ncat {listing}\n")
         os.chmod(script, 0o700)
-        p = subprocess.Popen(["ip", "netns", "exec", h.hosts[0]["ns"], CAF_HVD, "driver",
-                              "--host-discovery-script", script, "--min-np", "2", "--", "sh",
-                              "-c", "echo $HOROVOD_RANK $HOROVOD_GLOO_RENDEZVOUS_ADDR "
-                                    "$HOROVOD_GLOO_RENDEZVOUS_PORT; exec sleep 60"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-        h.procs.append(p)
-        _, addr, port = p.stdout.readline().split(":", 1)[1].split()
+        p, (addr, port) = self.head_driver(
+            h, ["--host-discovery-script", script, "--min-np", "2"],
+            "$HOROVOD_GLOO_RENDEZVOUS_ADDR $HOROVOD_GLOO_RENDEZVOUS_PORT")
         probe = ("import socket, sys\n"
                  "s = socket.socket()\n"
                  "if sys.argv[1] != '-':\n"
