@@ -85,6 +85,15 @@ def pids_with_env_entry(key, value):
     return out
 
 
+def leftover_ranks():
+    """A suite's closing check: rank shims (caf-hvd-exec) of this suite's agents still
+    running (found by the suite's CAF_HVD_CLUSTER_DIR, which agents pass to their ranks,
+    so another suite's or user's processes on the machine do not count), or None."""
+    ours = set(pids_with_env_entry("CAF_HVD_CLUSTER_DIR", os.environ["CAF_HVD_CLUSTER_DIR"]))
+    left = [p for p in pids_matching("caf-hvd-exec") if p in ours]
+    return f"leftover rank processes: {describe_pids(left)}" if left else None
+
+
 def describe_pids(pids):
     """"PID: command line" for each pid still there (for failure messages)."""
     out = []

@@ -1064,10 +1064,5 @@ exec sh -c "$*"
         self.assertIn("caf-hvd", out)
 
 
-def leftover_ranks():
-    left = [p for p in pids_matching("caf-hvd-exec") if p != os.getpid()]
-    return f"leftover rank processes: {left}" if left else None
-
-
 if __name__ == "__main__":
-    sys.exit(run_suite(ClusterTest, sys.argv[1:], leftover_ranks))
+    sys.exit(run_suite(ClusterTest, sys.argv[1:], harness.leftover_ranks))

@@ -17,7 +17,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, pid_with_env, pids_matching, run_suite, wait_until  # noqa: E402
+from harness import (Cluster, leftover_ranks, pid_with_env, pids_matching, run_suite,  # noqa: E402
+                     wait_until)
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
@@ -715,11 +716,6 @@ class ElasticTest(unittest.TestCase):
             rc, out, err = self.c.run(args)
             self.assertNotEqual(rc, 0, args)
             self.assertIn(msg, err, args)
-
-
-def leftover_ranks():
-    left = [p for p in pids_matching("caf-hvd-exec") if p != os.getpid()]
-    return f"leftover rank processes: {left}" if left else None
 
 
 if __name__ == "__main__":

@@ -563,11 +563,13 @@ PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         while self.agents_left() and time.monotonic() < deadline:
             time.sleep(0.1)
         self.assertFalse(self.agents_left(), "the step's agents outlived the job")
-        # a driver SIGKILLed mid-job: the step, its agents and their ranks go with it
+        # a driver SIGKILLed mid-job: the step, its agents and their ranks go with it (the
+        # ranks' command is this test's own: a `sleep 300` of anyone else does not count)
+        rank_cmd = f"sleep 300.{os.getpid()}{time.monotonic_ns() % 1000}"
         p = subprocess.Popen(["ip", "netns", "exec", self.h.hosts[0]["ns"], "salloc", "-N2",
                               "--ntasks-per-node=2", "-t", "5", CAF_HVD, "driver", "--launcher",
                               "slurm", "--", "sh",
-                              "-c", "echo up; exec sleep 300"],
+                              "-c", f"echo up; exec {rank_cmd}"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=self.env, start_new_session=True)
         self.h.procs.append(p)
@@ -582,16 +584,13 @@ PartitionName=p Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         self.assertEqual(len(drivers), 1, driver)
         os.kill(drivers[0], signal.SIGKILL)
         deadline = time.monotonic() + 20
-        # the ranks themselves: command lines starting with "sleep 300" (salloc's own
+        # the ranks themselves: command lines starting with their command (salloc's own
         # command line names it too while it relinquishes the allocation)
-        while ((self.agents_left() or pids_matching("sleep 300", prefix=True))
+        while ((self.agents_left() or pids_matching(rank_cmd, prefix=True))
                and time.monotonic() < deadline):
             time.sleep(0.2)
-        left = pids_matching("sleep 300", prefix=True)
-        if left:
-            print(subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etimes,cmd"], capture_output=True, text=True).stdout, file=open("/tmp/psdump.txt", "w"))
         self.assertFalse(self.agents_left(), "agents outlived a SIGKILLed driver")
-        self.assertEqual(describe_pids(pids_matching("sleep 300", prefix=True)), [],
+        self.assertEqual(describe_pids(pids_matching(rank_cmd, prefix=True)), [],
                          "ranks outlived a SIGKILLed driver")
         p.wait(timeout=30)
         # outside an allocation it says what it needs
