@@ -37,11 +37,17 @@ bool address_allowlist::speaks_for(const std::string& name, const std::string& a
   return it != hosts_.end() && it->second.count(address) > 0;
 }
 
-bool address_allowlist::first_refusal(const std::string& server, const std::string& what) {
+address_allowlist::refusal_note address_allowlist::note_refusal(const std::string& server,
+                                                                const std::string& what) {
   std::lock_guard g{m_};
-  if (reported_.size() >= max_reported)
-    return false;
-  return reported_.emplace(server, what).second;
+  auto& seen = reported_[server];
+  if (seen.size() >= max_reported || !seen.insert(what).second)
+    return refusal_note::quiet;
+  return seen.size() == max_reported ? refusal_note::last : refusal_note::show;
+}
+
+bool address_allowlist::first_refusal(const std::string& server, const std::string& what) {
+  return note_refusal(server, what) != refusal_note::quiet;
 }
 
 } // namespace cafhvd

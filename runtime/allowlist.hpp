@@ -27,9 +27,13 @@ public:
   /// Whether a client at `address` may speak for host `name` (vote for its slots, write
   /// its ranks' keys, register its notification services).
   bool speaks_for(const std::string& name, const std::string& address) const;
-  /// True the first time `what` is refused by `server` (so each is reported once), while
-  /// fewer than `max_reported` refusals were reported: a client that varies what it sends
-  /// cannot grow the set, or the operator's terminal, without bound.
+  /// Whether to report that `server` refused `what`: each once, and at most
+  /// `max_reported` of each server (a client that varies what it sends grows neither the
+  /// set nor the operator's terminal without bound); `last` is the final one shown, whose
+  /// report should say that further refusals are counted only.
+  enum class refusal_note { show, last, quiet };
+  refusal_note note_refusal(const std::string& server, const std::string& what);
+  /// note_refusal(...) != quiet.
   bool first_refusal(const std::string& server, const std::string& what);
   static constexpr size_t max_reported = 1024;
 
@@ -39,8 +43,8 @@ private:
   mutable std::mutex m_;
   std::map<std::string, std::set<std::string>> hosts_;
   std::set<std::string> all_;
-  std::set<std::string> local_; // hosts on the driver's machine
-  std::set<std::pair<std::string, std::string>> reported_;
+  std::set<std::string> local_;                           // hosts on the driver's machine
+  std::map<std::string, std::set<std::string>> reported_; // by server
 };
 
 } // namespace cafhvd

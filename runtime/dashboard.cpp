@@ -110,7 +110,11 @@ class session : public std::enable_shared_from_this<session> {
 public:
   using render =
       std::function<http::response<http::string_body>(const http::request<http::string_body>&)>;
-  session(net::ip::tcp::socket s, render r) : stream_(std::move(s)), render_(std::move(r)) {}
+  session(net::ip::tcp::socket s, render r, std::atomic<size_t>& live)
+      : stream_(std::move(s)), render_(std::move(r)), live_(live) {
+    ++live_;
+  }
+  ~session() { --live_; }
 
   void start() {
     stream_.expires_after(std::chrono::seconds(10));
@@ -145,11 +149,15 @@ private:
   http::request<http::string_body> req_;
   http::response<http::string_body> res_;
   render render_;
+  std::atomic<size_t>& live_;
 };
 
 } // namespace
 
 struct dashboard::impl {
+  // Connections alive now; declared before the io_context, whose queued handlers hold
+  // sessions that count here until it is destroyed.
+  std::atomic<size_t> live{0};
   dashboard_options opts;
   net::io_context io{1};
   net::ip::tcp::acceptor acceptor{io};
@@ -157,7 +165,6 @@ struct dashboard::impl {
   mutable std::mutex mutex;
   std::vector<nlohmann::json> events;
   std::atomic<uint64_t> requests{0};
-  std::atomic<size_t> open_now{0};
   uint16_t port = 0;
   // Open connections, oldest first (the server's thread only).
   std::list<std::weak_ptr<session>> open;
@@ -232,7 +239,6 @@ struct dashboard::impl {
     if (open.size() >= opts.max_connections)
       return s->close(); // every one is being answered: this one waits for none
     open.push_back(s);
-    open_now = open.size();
     s->start();
   }
 
@@ -241,7 +247,8 @@ struct dashboard::impl {
       if (ec == net::error::operation_aborted)
         return;
       if (!ec) {
-        admit(std::make_shared<session>(std::move(s), [this](auto& req) { return respond(req); }));
+        admit(std::make_shared<session>(
+            std::move(s), [this](auto& req) { return respond(req); }, live));
       } else // e.g. out of descriptors: pause instead of spinning
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       accept();
@@ -288,7 +295,7 @@ uint64_t dashboard::requests() const {
 }
 
 size_t dashboard::connections() const {
-  return impl_->open_now;
+  return impl_->live;
 }
 
 } // namespace cafhvd

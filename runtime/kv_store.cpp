@@ -1,6 +1,8 @@
 // kv_store: the state behind the rendezvous server.
 #include "runtime/kv_store.hpp"
 
+#include <algorithm>
+
 namespace cafhvd {
 
 uint64_t kv_store::init(const std::vector<slot_info>& plan) {
@@ -99,10 +101,25 @@ void kv_store::erase_key(const std::string& scope_name, std::map<std::string, by
   scope.erase(it);
 }
 
+std::optional<int> canonical_rank(std::string_view key) {
+  if (key.empty() || key.size() > 7 || (key.size() > 1 && key[0] == '0')
+      || !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  int r = 0;
+  for (char c : key)
+    r = r * 10 + (c - '0');
+  return r;
+}
+
 void kv_store::finish(const std::string& scope, const std::string& key) {
   auto size = sizes_.find(scope);
   auto s = data_.find(scope);
   if (size != sizes_.end()) {
+    // A rank of the scope, written as Horovod writes it: anything else would count as one
+    // more finished rank and clear the scope under the ranks still reading it.
+    auto rank = canonical_rank(key);
+    if (!rank || *rank >= size->second)
+      return;
     auto& done = finished_[scope];
     done.insert(key);
     if (static_cast<int>(done.size()) >= size->second) {

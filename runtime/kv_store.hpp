@@ -12,11 +12,16 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/assignment.hpp"
 
 namespace cafhvd {
+
+/// A rank number as Horovod and Gloo write it in keys ("0", "17"; no sign, no leading
+/// zero, at most 7 digits), or nullopt.
+std::optional<int> canonical_rank(std::string_view key);
 
 class kv_store {
 public:
@@ -46,8 +51,9 @@ public:
 
   std::optional<bytes> get(const std::string& scope, const std::string& key) const;
 
-  /// Horovod's DELETE /<scope>/<rank>: in a planned scope, marks `key` (a rank) finished
-  /// and clears the scope once all of its ranks finished; in an ad-hoc scope, removes the
+  /// Horovod's DELETE /<scope>/<rank>: in a planned scope, marks `key` (a rank of the
+  /// scope, canonical_rank; anything else is ignored) finished and clears the scope once
+  /// all of its ranks finished; in an ad-hoc scope, removes the
   /// rank's keys (`<rank>` and gloo's `rank_<rank>`).
   void finish(const std::string& scope, const std::string& key);
 

@@ -222,10 +222,15 @@ struct rendezvous_server::impl {
   // Once per address and what (bounded by the allowlist), escaped: `what` may carry a
   // client's bytes.
   void report_refusal(const std::string& addr, const std::string& what, const char* why) {
-    if (opts.on_refused && opts.allowlist
-        && opts.allowlist->first_refusal("rendezvous", addr + what))
-      opts.on_refused(
-          fmt::format("the rendezvous server refused {} from {}: {}", printable(what), addr, why));
+    if (!opts.on_refused || !opts.allowlist)
+      return;
+    auto note = opts.allowlist->note_refusal("rendezvous", addr + what);
+    if (note == address_allowlist::refusal_note::quiet)
+      return;
+    opts.on_refused(fmt::format(
+        "the rendezvous server refused {} from {}: {}{}", printable(what), addr, why,
+        note == address_allowlist::refusal_note::last ? " (further refusals are counted, not shown)"
+                                                      : ""));
   }
   std::atomic<size_t> now_connections{0}, now_held{0}, now_polls{0};
   rendezvous_options opts;
@@ -279,10 +284,10 @@ struct rendezvous_server::impl {
         return;
       digits.remove_prefix(5);
     }
-    if (digits.empty() || digits.size() > 7
-        || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    auto r = canonical_rank(digits);
+    if (!r)
       return;
-    int rank = std::stoi(std::string{digits});
+    int rank = *r;
     auto size = store.scope_size(scope); // a planned scope only
     if (!size || rank >= *size || progress_told.size() >= max_progress_told
         || !progress_told.insert({scope, rank, connected, client}).second)
@@ -450,6 +455,15 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     if (t)
       if (auto r = rank_of_key(req.method(), t->key))
         owner = srv.store.rank_host(t->scope, *r);
+    // Horovod's DELETE of a planned scope names a rank of it; any other key would count
+    // as one more finished rank and clear the scope under the ranks still reading it.
+    if (t && req.method() == http::verb::delete_ && srv.store.scope_size(t->scope) && !owner) {
+      ++srv.rejected;
+      return reply(http::status::bad_request,
+                   fmt::format("DELETE /{}/<rank> names a rank of the scope (0 to {})\n",
+                               printable(t->scope), *srv.store.scope_size(t->scope) - 1),
+                   keep);
+    }
     if (srv.opts.allowlist && t) {
       bool write = req.method() != http::verb::get;
       if (owner && !srv.opts.allowlist->speaks_for(*owner, addr)) {
@@ -539,11 +553,9 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     if (req.method() == http::verb::put) {
       auto raw = req.target();
       auto t = parse_target(std::string_view{raw.data(), raw.size()});
-      if (t && t->scope == "global" && t->key.size() > 5 && t->key.size() < 13
-          && t->key.compare(0, 5, "rank_") == 0
-          && std::all_of(t->key.begin() + 5, t->key.end(),
-                         [](char c) { return c >= '0' && c <= '9'; }))
-        rank = std::stoi(t->key.substr(5));
+      if (t && t->scope == "global" && t->key.compare(0, 5, "rank_") == 0)
+        if (auto r = canonical_rank(std::string_view{t->key}.substr(5)))
+          rank = *r;
     }
     l.held.emplace_back(shared_from_this(), std::move(req));
     auto from = client.to_string();
@@ -657,10 +669,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     } else if (verb != http::verb::delete_) {
       return std::nullopt;
     }
-    if (key.empty() || key.size() > 7
-        || !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      return std::nullopt;
-    return std::stoi(std::string{key});
+    return canonical_rank(key);
   }
 
   // Every key of the scope, framed as <len>:<key><len>:<value>... (our own clients

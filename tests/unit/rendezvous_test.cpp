@@ -774,13 +774,81 @@ TEST_CASE("server: a slot whose host is not a host name (bytes that are not UTF-
   CHECK(escaped);
 }
 
-TEST_CASE("allowlist: refusals are reported once each, and at most max_reported in all") {
+TEST_CASE("kv_store: only a rank of the scope, as Horovod writes it, counts as finished") {
+  CHECK(canonical_rank("0") == 0);
+  CHECK(canonical_rank("17") == 17);
+  CHECK_FALSE(canonical_rank("00"));
+  CHECK_FALSE(canonical_rank("01"));
+  CHECK_FALSE(canonical_rank("-1"));
+  CHECK_FALSE(canonical_rank(""));
+  CHECK_FALSE(canonical_rank("12345678"));
+  kv_store s;
+  s.init(plan_3_plus_1()); // global: 4 ranks
+  s.put("global", "k", "v");
+  for (auto* key : {"00", "000", "x", "4", "99", "rank_0", "0", "1", "2"})
+    s.finish("global", key);
+  CHECK(s.get("global", "k") == "v"); // 3 of 4 ranks finished: nothing cleared
+  s.finish("global", "3");
+  CHECK_FALSE(s.get("global", "k"));
+}
+
+TEST_CASE("server: a DELETE of a planned scope names a rank of it, from that rank's host; a "
+          "rank's keys are its host's in every planned scope") {
+  allowlisted a; // A at 127.0.0.1, B elsewhere
+  rendezvous_server srv{a.options()};
+  srv.init(get_host_assignments({{"A", 2}, {"B", 1}}, 3)); // global: A 0-1, B 2
+  CHECK(status_of(request(srv.port(), "PUT", "/global/rank_0", "A")) == 200);
+  for (auto* key : {"x", "00", "3", "rank_0", "-1"}) {
+    CAPTURE(key);
+    auto r = request(srv.port(), "DELETE", std::string{"/global/"} + key);
+    CHECK(status_of(r) == 400);
+    CHECK(body_of(r) == "DELETE /global/<rank> names a rank of the scope (0 to 2)\n");
+  }
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/0")) == 200);
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/1")) == 200);
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/2")) == 403);   // B's rank
+  CHECK(status_of(request(srv.port(), "GET", "/global/rank_0")) == 200); // not cleared
+  // cross_0: A's local rank 0 is cross rank 0, B's is cross rank 1
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_0/rank_1", "A")) == 403);
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_0/1", "addresses")) == 403);
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_0/rank_0", "A")) == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/cross_1/rank_0", "A")) == 200); // A's alone
+  // an ad-hoc scope keeps its DELETE of any key
+  CHECK(status_of(request(srv.port(), "DELETE", "/runfunc/anything")) == 200);
+}
+
+TEST_CASE("server: a request parked at a lot is judged by the access rules when it is served "
+          "at the release") {
+  allowlisted a;
+  rendezvous_server srv{a.options()};
+  srv.init(get_host_assignments({{"A", 1}, {"B", 1}}, 2));
+  auto lot = srv.open_lot(2);
+  // from A's address: B's rank key and A's own, both held unread at the lot
+  int forged = send_only(lot, "PUT /global/rank_1 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                              "Connection: close\r\n\r\nA");
+  int own = send_only(lot, "PUT /global/rank_0 HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                           "Connection: close\r\n\r\nA");
+  wait_for([&] { return srv.stats().held == 2; });
+  srv.release(get_host_assignments({{"A", 1}, {"B", 1}}, 2));
+  srv.release_lot(2);
+  CHECK(status_of(read_all(forged)) == 403);
+  CHECK(status_of(read_all(own)) == 200);
+  ::close(forged);
+  ::close(own);
+  CHECK(status_of(request(srv.port(), "GET", "/global/rank_0")) == 200);
+}
+
+TEST_CASE("allowlist: refusals are reported once each, and at most max_reported per server, "
+          "the last saying so") {
+  using note = address_allowlist::refusal_note;
   address_allowlist allow;
-  CHECK(allow.first_refusal("s", "x"));
-  CHECK_FALSE(allow.first_refusal("s", "x"));
-  for (size_t i = 1; i < address_allowlist::max_reported; ++i)
-    CHECK(allow.first_refusal("s", std::to_string(i)));
-  CHECK_FALSE(allow.first_refusal("s", "one more"));
+  CHECK(allow.note_refusal("s", "x") == note::show);
+  CHECK(allow.note_refusal("s", "x") == note::quiet);
+  for (size_t i = 1; i + 1 < address_allowlist::max_reported; ++i)
+    CHECK(allow.note_refusal("s", std::to_string(i)) == note::show);
+  CHECK(allow.note_refusal("s", "the last") == note::last);
+  CHECK(allow.note_refusal("s", "one more") == note::quiet);
+  CHECK(allow.first_refusal("another server", "x")); // its own budget
 }
 
 TEST_CASE("text: printable escapes what a terminal would act on; host names are checked") {
