@@ -362,18 +362,16 @@ void job::host_ready(const std::string& ep) {
   std::vector<std::string> addresses{h.reach_address, h.address};
   for (auto& i : h.info.interfaces)
     addresses.push_back(i.address);
-  bool local = is_this_machine(h.address);
-  if (!local) {
-    // An address a remote host shares with this machine (docker0's 172.17.0.1, libvirt's
-    // 192.168.122.1, its own loopback) is the driver's machine here: a local process
-    // bound to it must not speak for that host.
-    std::set<std::string> mine{"127.0.0.1"};
-    for (auto& i : list_interfaces())
-      mine.insert(i.address);
-    std::erase_if(addresses, [&](const std::string& a) {
-      return mine.count(a) > 0 || is_loopback_address(a);
-    });
-  }
+  // A host whose agent runs on this machine is spoken for by loopback clients (the
+  // allowlist drops a remote host's loopback addresses). A remote host's addresses that
+  // this machine has too (docker0's 172.17.0.1, libvirt's 192.168.122.1) are this
+  // machine's here: a local process bound to one must not speak for that host.
+  std::set<std::string> mine;
+  for (auto& i : list_interfaces())
+    mine.insert(i.address);
+  bool local = is_loopback_address(h.address) || mine.count(h.address) > 0;
+  if (!local)
+    std::erase_if(addresses, [&](const std::string& a) { return mine.count(a) > 0; });
   send(coord_, allow_atom::value, h.info.name, std::move(addresses), local);
   if (elastic_)
     warn_if_capped(h);

@@ -62,13 +62,6 @@ bool is_loopback_address(const std::string& ipv4) {
   return inet_pton(AF_INET, ipv4.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
-bool is_this_machine(const std::string& ipv4) {
-  if (is_loopback_address(ipv4))
-    return true;
-  auto up = list_interfaces();
-  return std::any_of(up.begin(), up.end(), [&](auto& i) { return i.address == ipv4; });
-}
-
 std::optional<std::string> resolve_ipv4(const std::string& host, std::string* error) {
   addrinfo hints{};
   hints.ai_family = AF_INET;

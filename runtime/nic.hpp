@@ -30,8 +30,4 @@ std::optional<std::string> resolve_ipv4(const std::string& host, std::string* er
 /// True for 127.0.0.0/8.
 bool is_loopback_address(const std::string& ipv4);
 
-/// True for loopback and for the addresses of this host's up interfaces (in this network
-/// namespace): a peer at such an address runs on this machine.
-bool is_this_machine(const std::string& ipv4);
-
 } // namespace cafhvd

@@ -508,11 +508,11 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
             keep);
       }
     }
+    if (!srv.on_register)
+      registering.reset(); // stored as any key; nobody is told
     std::string registered_body;
-    if (registering && srv.on_register)
+    if (registering)
       registered_body = req.body();
-    else
-      registering.reset();
     // The Gloo listeners a job's abort may cut: only from a rank's own key <r>, and only
     // addresses of that rank's host (never another server a neighbour names).
     if (req.method() == http::verb::put && owner && t->key.compare(0, 5, "rank_") != 0)

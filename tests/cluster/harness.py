@@ -85,6 +85,30 @@ def pids_with_env_entry(key, value):
     return out
 
 
+def raw_http(server, method, path, body=b"", host="x"):
+    """(status, body) of one HTTP request to `server` ((address, port)), sent as raw bytes
+    so that a path may hold any byte; the connection closes after the answer."""
+    if isinstance(path, str):
+        path = path.encode()
+    with socket.create_connection(server, timeout=5) as s:
+        s.sendall(f"{method} ".encode() + path + f" HTTP/1.1\r\nHost: {host}\r\n"
+                  "Connection: close\r\nContent-Length: ".encode() + str(len(body)).encode()
+                  + b"\r\n\r\n" + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), rest
+
+
+def rendezvous_of(pid):
+    """(address, port) of a rank's rendezvous server, from its environment."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    return (env[b"HOROVOD_GLOO_RENDEZVOUS_ADDR"].decode(),
+            int(env[b"HOROVOD_GLOO_RENDEZVOUS_PORT"]))
+
+
 def leftover_ranks():
     """A suite's closing check: rank shims (caf-hvd-exec) of this suite's agents still
     running (found by the suite's CAF_HVD_CLUSTER_DIR, which agents pass to their ranks,

@@ -17,8 +17,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Cluster, leftover_ranks, pid_with_env, pids_matching, run_suite,  # noqa: E402
-                     wait_until)
+from harness import (Cluster, leftover_ranks, pid_with_env, pids_matching, raw_http,  # noqa: E402
+                     rendezvous_of, run_suite, wait_until)
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
@@ -440,26 +440,6 @@ class ElasticTest(unittest.TestCase):
 
     # -- requests a neighbour sends to the job's servers ------------------------------------
 
-    def rendezvous_of(self, pid):
-        """(address, port) of the rendezvous server, from a rank's environment."""
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        return (env[b"HOROVOD_GLOO_RENDEZVOUS_ADDR"].decode(),
-                int(env[b"HOROVOD_GLOO_RENDEZVOUS_PORT"]))
-
-    @staticmethod
-    def http(server, method, path, body=b""):
-        """(status, body) of one request, sent as raw bytes (paths may hold any byte)."""
-        with socket.create_connection(server, timeout=5) as s:
-            s.sendall(f"{method} ".encode() + path + b" HTTP/1.1\r\nHost: x\r\n"
-                      b"Connection: close\r\nContent-Length: " + str(len(body)).encode()
-                      + b"\r\n\r\n" + body)
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-        head, _, rest = data.partition(b"\r\n\r\n")
-        return int(head.split()[1]), rest
-
     def test_names_that_are_not_host_names_get_400_and_reach_the_terminal_escaped(self):
         """A slot name with an escape sequence and a line break, one that is not UTF-8 (a
         PUT /worker_addresses/%ff%fe:0 used to end the job: its JSON event threw in the
@@ -468,15 +448,15 @@ class ElasticTest(unittest.TestCase):
         self.set_hosts(("ha", 1))
         self.start("--min-np", "1", steps=120)
         self.wait_for_step(5)
-        server = self.rendezvous_of(self.rank_pid(0))
+        server = rendezvous_of(self.rank_pid(0))
         for method, path in [("GET", b"/rank_and_size/%1b[2J%1b[31mEVIL%0a:0"),
                              ("GET", b"/rank_and_size/%ff%fe:0"),
                              ("PUT", b"/worker_addresses/%ff%fe:0"),
                              ("PUT", b"/worker_addresses/%1b]0;title%07:0")]:
-            status, body = self.http(server, method, path, b"x")
+            status, body = raw_http(server, method, path, b"x")
             self.assertEqual(status, 400, (path, body))
-        self.assertEqual(self.http(server, "GET", b"/worker_addresses/ha:0")[0], 403)
-        self.assertEqual(self.http(server, "GET", b"/worker_addresses/ha:0?snapshot=1")[0], 403)
+        self.assertEqual(raw_http(server, "GET", b"/worker_addresses/ha:0")[0], 403)
+        self.assertEqual(raw_http(server, "GET", b"/worker_addresses/ha:0?snapshot=1")[0], 403)
         rc, out, err = self.finish()
         self.assertEqual(rc, 0, err)
         self.check_run(out, 120)
@@ -517,11 +497,11 @@ class ElasticTest(unittest.TestCase):
             conns[c.makefile().readline().strip()] = c
         self.assertEqual(set(conns), {"ha", "hb"})
         self.wait_for_step(10)
-        server = self.rendezvous_of(self.rank_pid(0))
+        server = rendezvous_of(self.rank_pid(0))
         poison = (struct.pack("=H", socket.AF_INET) + struct.pack("!H", db.getsockname()[1])
                   + socket.inet_aton("127.0.0.1")).ljust(128, b"\0") + struct.pack("=q", 1)
         for path in (b"/database/x", b"/global/x", b"/global/rank_x"):
-            self.assertEqual(self.http(server, "PUT", path, poison)[0], 200, path)
+            self.assertEqual(raw_http(server, "PUT", path, poison)[0], 200, path)
         victim = pid_with_env(ALLREDUCE, prefix=True, HOROVOD_HOSTNAME="hb")
         self.assertIsNotNone(victim)
         os.kill(victim, signal.SIGKILL)

@@ -18,7 +18,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, pid_with_env, rank_lines, run_suite, wait_until  # noqa: E402
+from harness import Cluster, pid_with_env, rank_lines, raw_http, run_suite, wait_until  # noqa: E402
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
@@ -456,12 +456,7 @@ class EventTest(unittest.TestCase):
         self.assertIsNotNone(port, "no dashboard address printed")
 
         def status(host):
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.sendall(f"GET /trace.json HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
-                data = b""
-                while chunk := s.recv(65536):
-                    data += chunk
-            return int(data.split()[1])
+            return raw_http(("127.0.0.1", port), "GET", "/trace.json", host=host)[0]
 
         self.assertEqual(status(f"attacker.example:{port}"), 421)
         self.assertEqual(status("localhost:9999"), 200)

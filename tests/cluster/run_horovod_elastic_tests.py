@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Cluster, pid_with_env, wait_until  # noqa: E402
+from harness import Cluster, pid_with_env, raw_http, rendezvous_of, wait_until  # noqa: E402
 
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -567,26 +566,14 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         self.train_until_commit(60, ("ha",), agents=("ha", "hb"), commit=5)
         wait_until(lambda: '"notify.registered"' in open(self.events).read(), 30,
                    "ha:0's registration")
-        with open(f"/proc/{self.rank_pid('ha')}/environ", "rb") as f:
-            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-        server = (env[b"HOROVOD_GLOO_RENDEZVOUS_ADDR"].decode(),
-                  int(env[b"HOROVOD_GLOO_RENDEZVOUS_PORT"]))
-
-        def get(path):
-            with socket.create_connection(server, timeout=5) as s:
-                s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-                          .encode())
-                data = b""
-                while chunk := s.recv(65536):
-                    data += chunk
-            return int(data.split()[1]), data
-
+        server = rendezvous_of(self.rank_pid("ha"))
         for path in ("/worker_addresses/ha:0", "/worker_addresses/ha:0?snapshot=1",
                      "/worker_addresses/ha:0?wait_ms=100"):
-            status, data = get(path)
-            self.assertEqual(status, 403, data)
-            self.assertNotIn(b"gAW", data)  # no pickle (base64 of protocol 5) in the answer
-        self.assertEqual(get("/unrelated/key")[0], 404)  # the server answers otherwise
+            status, body = raw_http(server, "GET", path)
+            self.assertEqual(status, 403, body)
+            self.assertNotIn(b"gAW", body)  # no pickle (base64 of protocol 5) in the answer
+        # the server answers otherwise
+        self.assertEqual(raw_http(server, "GET", "/unrelated/key")[0], 404)
         self.set_hosts(("ha", 1), ("hb", 1))
         self.read_until(lambda ev: any(e[0] == "resume" and e[1] == 2 for e in ev), 90,
                         "a resume at size 2")
