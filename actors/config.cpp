@@ -33,8 +33,14 @@ hvd_config::hvd_config() {
   add_message_type<driver_actor>("cafhvd::driver_actor");
   add_message_type<coordinator_actor>("cafhvd::coordinator_actor");
   add_message_type<gloo_links>("cafhvd::gloo_links");
+  add_message_type<signed_ticket>("cafhvd::signed_ticket");
+  add_message_type<job_summary>("cafhvd::job_summary");
+  add_message_type<std::vector<job_summary>>("std::vector<cafhvd::job_summary>");
+  add_message_type<member_info>("cafhvd::member_info");
+  add_message_type<member_row>("cafhvd::member_row");
+  add_message_type<std::vector<member_row>>("std::vector<cafhvd::member_row>");
+  add_message_type<cluster_view>("cafhvd::cluster_view");
   add_actor_type(colocator_type_name, colocator_fn);
-  add_actor_type(worker_type_name, worker_fn);
   // A foreign CAF application that finds the port is refused at the handshake.
   set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/1"});
   // Two scheduler threads fit this kind of machine; more only adds polling.

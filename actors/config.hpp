@@ -3,15 +3,34 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <caf/all.hpp>
 
 #include "runtime/credentials.hpp"
 #include "runtime/gpu.hpp"
+#include "runtime/membership.hpp"
 
 namespace cafhvd {
+
+/// The jobs a node agent runs now (one entry per colocator), for its membership reports.
+struct job_book {
+  std::mutex m;
+  std::map<uint64_t, job_summary> jobs; // by colocator actor id
+  std::vector<job_summary> snapshot() {
+    std::lock_guard g{m};
+    std::vector<job_summary> out;
+    for (auto& [id, j] : jobs)
+      out.push_back(j);
+    return out;
+  }
+};
 
 /// What node-side actors need to know about the agent that hosts them.
 struct node_settings {
@@ -21,6 +40,17 @@ struct node_settings {
   caf::actor guardian; // every colocator links to it; stopping it ends all jobs
   std::shared_ptr<gpu_pool> gpus = std::make_shared<gpu_pool>(); // lent per job
   std::string gpu_source = "none found";
+  // The cluster's credentials (nullopt: --insecure): drivers' tickets are checked with them
+  std::optional<cluster_credentials> creds;
+  std::shared_ptr<job_book> jobs = std::make_shared<job_book>();
+  // membership: what the agent reports of itself (actors/cluster.hpp)
+  std::vector<std::string> labels;
+  std::string bind;
+  uint16_t port = 0;
+  int64_t started_ms = 0;
+  std::chrono::milliseconds link_timeout{10000};
+  // A failure that must end the agent (a join its cluster refuses): says why, stops it
+  std::function<void(const std::string&)> fatal;
 };
 
 /// Liveness of the links between driver and node agents; both ends must send heartbeats

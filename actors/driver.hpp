@@ -2,6 +2,8 @@
 // phases, each bounded by a deadline and able to say whom it is waiting for.
 #pragma once
 
+#include "runtime/credentials.hpp"
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -60,6 +62,8 @@ struct job_config {
   // --dashboard: every event is also handed here (on the job actor's thread)
   std::function<void(const nlohmann::json&)> event_observer;
   bool tls = true; // connect to node agents through mutual TLS (false: --insecure)
+  // the driver's credentials: it signs each colocator spawn with them (agents check)
+  std::optional<cluster_credentials> creds;
   torch_store_mode torch_store = torch_store_mode::automatic;
   std::optional<elastic_config> elastic; // set: hosts come from discovery, not `hosts`
   // GPUs: devices per slot lent by each node for the job (0 = a CPU job); every rank of

@@ -268,17 +268,31 @@ void job::spawn_colocator(const std::string& ep) {
   if (job_.embedded) {
     // By name from this system's factories, as a node agent spawns it for a remote
     // driver (tests put fake node actors behind the same names).
-    auto c = system().spawn<colocator_actor>(colocator_type_name,
-                                             caf::make_message(self_hdl, coord, job_id_, grace));
+    auto c = system().spawn<colocator_actor>(
+        colocator_type_name, caf::make_message(self_hdl, coord, job_id_, grace, signed_ticket{}));
     if (!c)
       return host_unusable(ep, fmt::format("cannot start its colocator: {}", describe(c.error())));
     monitor(*c);
     h.colocator = *c;
     return query_host(ep);
   }
+  // The agent runs nothing for a spawn it cannot trace to a driver of its cluster.
+  signed_ticket ticket;
+  if (job_.creds) {
+    try {
+      ticket = net::module().sign_ticket(
+          *job_.creds,
+          ticket_body("colocator", to_string(h.nid), job_id_,
+                      static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count())));
+    } catch (const std::exception& e) {
+      return host_unusable(ep, fmt::format("cannot sign its colocator's ticket: {}", e.what()));
+    }
+  }
   auto mm = net::module().connector(system(), false); // the middleman spawns remotely
   request(mm, job_.start_timeout, caf::spawn_atom::value, h.nid, std::string{colocator_type_name},
-          caf::make_message(self_hdl, coord, job_id_, grace),
+          caf::make_message(self_hdl, coord, job_id_, grace, std::move(ticket)),
           system().message_types<colocator_actor>())
       .then(
           [this, ep](caf::strong_actor_ptr& p) {

@@ -16,7 +16,9 @@
 #include <fmt/format.h>
 
 #include "actors/config.hpp"
+#include "runtime/net.hpp"
 #include "runtime/nic.hpp"
+#include "runtime/text.hpp"
 #include "runtime/socket_abort.hpp"
 
 namespace cafhvd {
@@ -36,10 +38,40 @@ void enlist(colocator_actor::stateful_pointer<colocator_state> self, worker_acto
 
 colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<colocator_state> self,
                                             driver_actor driver, coordinator_actor coordinator,
-                                            std::string job, int32_t grace_ms) {
+                                            std::string job, int32_t grace_ms,
+                                            signed_ticket ticket) {
   self->state.driver = driver;
   self->state.coordinator = coordinator;
   auto& node = settings_of(self->system());
+  std::string owner;
+  if (node.creds) {
+    try {
+      auto holder = net::module().check_ticket(*node.creds, ticket, cert_role::driver,
+                                               "colocator", to_string(self->system().node()));
+      if (holder.subject != job)
+        throw credentials_error(fmt::format("it names job '{}'", printable(holder.subject)));
+      owner = holder.name;
+    } catch (const std::exception& e) {
+      self->state.refused = fmt::format("node agent '{}' refused to run job {} for this peer: "
+                                        "its driver ticket did not check out: {}",
+                                        node.name, printable(job), e.what());
+      std::fprintf(stderr, "caf-hvd node '%s': %s\n", node.name.c_str(),
+                   self->state.refused.c_str());
+    }
+  }
+  if (!self->state.refused.empty()) {
+    // Only the refusal is answered; the actor ends soon either way.
+    self->delayed_send(self, std::chrono::seconds(5), kill_atom::value);
+  } else {
+    self->state.book = node.jobs;
+    self->state.book_id = self->id();
+    std::lock_guard g{node.jobs->m};
+    node.jobs->jobs[self->id()] = job_summary{
+        job, owner, 0, {},
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count()};
+  }
   if (node.guardian) {
     self->link_to(node.guardian);
     caf::anon_send(node.guardian, enlist_atom::value, caf::actor_cast<caf::actor>(self));
@@ -71,11 +103,17 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         st.by_slot.erase(s);
         break;
       }
+    st.count_ranks();
     if ((st.driver_gone || st.stopping) && st.workers.empty())
       self->quit(caf::exit_reason::user_shutdown);
   });
   return {
-      [=](node_atom) -> node_info {
+      [=](node_atom) -> caf::result<node_info> {
+        if (!self->state.refused.empty()) {
+          auto why = self->state.refused;
+          self->quit(caf::exit_reason::user_shutdown);
+          return caf::make_error(caf::sec::runtime_error, why);
+        }
         auto& n = settings_of(self->system());
         char host[256] = {};
         gethostname(host, sizeof(host) - 1);
@@ -129,26 +167,35 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
       [=](gpu_atom, uint32_t count) -> gpu_lease {
         auto& n = settings_of(self->system());
         gpu_lease lease;
+        if (!self->state.refused.empty()) {
+          lease.why = self->state.refused;
+          return lease;
+        }
         lease.devices = n.gpus->lend(self->id(), count, lease.why);
         if (!lease.devices.empty()) {
           self->state.gpu_pool_held = n.gpus;
           self->state.gpu_owner = self->id();
+          std::lock_guard g{n.jobs->m};
+          if (auto it = n.jobs->jobs.find(self->id()); it != n.jobs->jobs.end())
+            it->second.gpus = lease.devices;
         }
         return lease;
       },
       [=](workers_atom, std::vector<uint32_t>& slots) -> std::vector<worker_actor> {
         auto& st = self->state;
         std::vector<worker_actor> out;
+        if (!st.refused.empty())
+          return out;
         auto me = caf::actor_cast<colocator_actor>(self);
         for (auto id : slots) {
-          auto w = self->system().spawn<worker_actor>(
-              worker_type_name, caf::make_message(me, st.driver, st.coordinator, id));
-          out.push_back(w ? *w : worker_actor{});
+          // Spawned here only: workers are not offered for remote spawn.
+          auto w = spawn_worker(self->system(), me, st.driver, st.coordinator, id);
+          out.push_back(w);
           if (w) {
-            st.by_slot[id] = *w;
+            st.by_slot[id] = w;
             // Counted from now, not from its enlist message (which the worker sends when
             // it first runs, possibly after a stop): a stop must reach every worker.
-            enlist(self, *w);
+            enlist(self, w);
           } else if (st.coordinator) {
             // No worker will report this slot: the colocator accounts for it, so the
             // job hears of the failed spawn (an empty handle) at once, not at the
@@ -156,10 +203,13 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
             self->send(st.coordinator, report_atom::value, id, settings_of(self->system()).name);
           }
         }
+        st.count_ranks();
         return out;
       },
       [=](launch_atom, launch_batch& batch) -> caf::result<std::vector<int32_t>> {
         auto& st = self->state;
+        if (!st.refused.empty())
+          return caf::make_error(caf::sec::runtime_error, st.refused);
         auto n = batch.slots.size();
         if (batch.envs.size() != n)
           return caf::make_error(caf::sec::invalid_argument, "launch batch: slots and envs differ");
@@ -269,6 +319,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
       [=](kill_atom) {
+        if (!self->state.refused.empty())
+          return self->quit(caf::exit_reason::user_shutdown);
         for (auto& w : self->state.workers)
           self->send(w, terminate_atom::value, int32_t{SIGKILL});
         if (self->state.driver_gone && self->state.workers.empty())
@@ -556,6 +608,12 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         report_exit(es);
       },
   };
+}
+
+worker_actor spawn_worker(caf::actor_system& sys, colocator_actor colocator, driver_actor driver,
+                          coordinator_actor coordinator, uint32_t slot) {
+  return sys.spawn(worker_fn, std::move(colocator), std::move(driver), std::move(coordinator),
+                   slot);
 }
 
 } // namespace cafhvd

@@ -12,6 +12,7 @@
 #include <deque>
 #include <mutex>
 
+#include "actors/config.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/channel.hpp"
 #include "runtime/gpu.hpp"
@@ -25,6 +26,10 @@ struct colocator_state {
   ~colocator_state() {
     if (gpu_pool_held)
       gpu_pool_held->release(gpu_owner); // the job's devices come back with its colocator
+    if (book) {
+      std::lock_guard g{book->m};
+      book->jobs.erase(book_id);
+    }
   }
   driver_actor driver;
   coordinator_actor coordinator;     // the job's: each worker reports its host there
@@ -40,14 +45,28 @@ struct colocator_state {
   uint64_t next_abort = 1;
   std::shared_ptr<gpu_pool> gpu_pool_held; // set once devices are lent to this job
   uint64_t gpu_owner = 0;
+  std::string refused; // the driver's ticket did not check out: it gets only this answer
+  std::shared_ptr<job_book> book; // where this job shows in the agent's reports
+  uint64_t book_id = 0;
+  void count_ranks() {
+    if (!book)
+      return;
+    std::lock_guard g{book->m};
+    if (auto it = book->jobs.find(book_id); it != book->jobs.end())
+      it->second.ranks = static_cast<uint32_t>(by_slot.size());
+  }
   static inline const char* name = "colocator";
 };
 
-/// Spawn arguments: the job's driver and coordinator, the job id (for diagnostics) and
-/// the grace period between SIGTERM and SIGKILL when the driver disappears.
+/// Spawn arguments: the job's driver and coordinator, the job id (for diagnostics), the
+/// grace period between SIGTERM and SIGKILL when the driver disappears, and the driver's
+/// ticket (purpose "colocator", audience this agent's node id, subject the job id): an
+/// agent with cluster credentials runs nothing for a spawn without a valid one (CAF lets
+/// any connected peer spawn, node agents that join included).
 colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<colocator_state> self,
                                             driver_actor driver, coordinator_actor coordinator,
-                                            std::string job, int32_t grace_ms);
+                                            std::string job, int32_t grace_ms,
+                                            signed_ticket ticket);
 
 /// A rank's outstanding calls, shared by its worker and its channel's reader thread.
 /// The reader checks each answer against the oldest call and sends it straight to the
@@ -98,5 +117,10 @@ struct worker_state {
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_state> self,
                                       colocator_actor colocator, driver_actor driver,
                                       coordinator_actor coordinator, uint32_t rank);
+
+/// A worker of this agent, spawned by its colocator (workers are not offered for remote
+/// spawn: a peer could otherwise start one bound to no checked driver).
+worker_actor spawn_worker(caf::actor_system& sys, colocator_actor colocator, driver_actor driver,
+                          coordinator_actor coordinator, uint32_t slot);
 
 } // namespace cafhvd

@@ -18,6 +18,12 @@
 //   newcomer ══HTTP (held)══▶ lot port ──parked──▶ job   (warm joins: it waits at its
 //                                      first rendezvous until its plan's release)
 //
+// The cluster (actors/cluster.cpp; every agent publishes its table actor on its port):
+//   joiner (agent with --join) ──join(ticket)/update/left──▶ table (the agent it joined)
+//   table ──monitor──▶ joiner (its link breaks: lost)   joiner ──monitor──▶ table (re-join)
+//   caf-hvd status ──table(driver ticket)──▶ table ──▶ cluster_view (or where the table is)
+//   driver ──spawn colocator(driver ticket)──▶ agent (a ticket of another agent is refused)
+//
 // Executor mode (runtime/channel.hpp frames; payloads are opaque):
 //   owner ═frames═▶ job ──call──▶ worker ═frames═▶ rank process
 //   owner ◀═frames═ job ◀─result/log/chanfail── worker ◀═frames═ rank process
@@ -30,6 +36,8 @@
 #include <caf/all.hpp>
 
 #include "runtime/assignment.hpp"
+#include "runtime/credentials.hpp"
+#include "runtime/membership.hpp"
 #include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 
@@ -89,6 +97,11 @@ using gloo_atom = caf::atom_constant<caf::atom("gloo")>;
 // elastic: a rank failed, the broken generation's Gloo connections end at once
 using abort_atom = caf::atom_constant<caf::atom("gabort")>;
 using aborted_atom = caf::atom_constant<caf::atom("gaborted")>;
+// the cluster's membership (actors/cluster.hpp)
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using update_atom = caf::atom_constant<caf::atom("update")>;
+using table_atom = caf::atom_constant<caf::atom("table")>;
+using left_atom = caf::atom_constant<caf::atom("left")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -123,6 +136,11 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, probe_result& x) {
   return f(caf::meta::type_name("probe_result"), x.iface, x.local_address, x.host, x.address, x.ok,
            x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, signed_ticket& x) {
+  return f(caf::meta::type_name("signed_ticket"), x.cert, x.body, x.signature);
 }
 
 /// What a colocator tells the driver about its node.
@@ -437,6 +455,39 @@ using colocator_actor = caf::typed_actor<
     caf::reacts_to<terminate_atom, int32_t>, // SIGTERM every rank, SIGKILL after grace (ms)
     caf::reacts_to<stop_atom, std::string>,  // the agent shuts down (why): as terminate
     caf::reacts_to<kill_atom>>;              // the grace period is over
+
+// -- the cluster's membership -----------------------------------------------------------
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, job_summary& x) {
+  return f(caf::meta::type_name("job_summary"), x.job, x.owner, x.ranks, x.gpus, x.since_ms);
+}
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, member_info& x) {
+  return f(caf::meta::type_name("member_info"), x.name, x.address, x.port, x.slots, x.gpus,
+           x.gpus_free, x.labels, x.started_ms, x.jobs, x.draining);
+}
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, member_row& x) {
+  return f(caf::meta::type_name("member_row"), x.info, x.state, x.certificate, x.shared,
+           x.joined_ms, x.last_seen_ms, x.gone_ms);
+}
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
+  return f(caf::meta::type_name("cluster_view"), x.holder, x.redirect, x.now_ms, x.nodes);
+}
+
+/// The actor every node agent publishes on its port. The agent others join holds the
+/// cluster's table; one that joined another answers `table` with where that one is.
+using cluster_actor = caf::typed_actor<
+    // an agent joins (its joiner actor, which the table monitors; what it reports; a
+    // ticket signed with its node key, purpose "join", audience the table's node id,
+    // subject its name): "" or why not
+    caf::replies_to<join_atom, caf::actor, member_info, signed_ticket>::with<std::string>,
+    caf::reacts_to<update_atom, member_info>, // a joined agent's news (once a second at most)
+    caf::reacts_to<left_atom, std::string>,   // a joined agent stops (its name)
+    // the table, for a driver (ticket purpose "status", audience the table's node id)
+    caf::replies_to<table_atom, signed_ticket>::with<cluster_view>,
+    caf::reacts_to<deadline_atom, uint64_t>>; // its own timer
 
 /// Names under which node agents offer actors for remote spawn.
 inline constexpr const char* colocator_type_name = "colocator";

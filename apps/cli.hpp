@@ -78,5 +78,6 @@ int run_job(int argc, char** argv, bool embedded); // run (embedded) and driver
 int run_cluster(int argc, char** argv);
 int run_timeline(int argc, char** argv);
 int run_hosts(int argc, char** argv);
+int run_status(int argc, char** argv);
 
 } // namespace cafhvd::cli

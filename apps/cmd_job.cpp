@@ -67,6 +67,7 @@ int start_job(job_request r) {
   if (!job.embedded) {
     creds = credentials_for(r.tls, cert_role::driver);
     job.tls = creds.has_value();
+    job.creds = creds;
   }
   std::unique_ptr<srun_agents> step;
   if (r.launcher.kind == "slurm") {

@@ -2,6 +2,7 @@
 // node_options value; start_node starts the actor system, opens the port and waits for
 // the signal that stops it (SIGHUP re-reads the credentials).
 #include <arpa/inet.h>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/cluster.hpp"
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
 #include "apps/cli.hpp"
@@ -23,6 +25,7 @@
 #include "runtime/net.hpp"
 #include "runtime/gpu.hpp"
 #include "runtime/host_spec.hpp"
+#include "runtime/membership.hpp"
 
 namespace cafhvd::cli {
 
@@ -37,6 +40,9 @@ struct node_options {
   liveness link;
   std::optional<cluster_credentials> creds; // nullopt: --insecure
   bool exit_on_stdin_eof = false;
+  std::vector<std::string> labels; // KEY=VALUE, checked
+  std::string join_host;           // --join HOST[:PORT] ("" = none: it may hold a table)
+  int join_port = default_node_port;
 };
 
 // Explains why a port cannot be opened (CAF only says that it failed).
@@ -70,7 +76,8 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
                                "usage: caf-hvd node [--port PORT] [--name NAME] [--slots N] "
                                "[--bind ADDR]\n\noptions"};
   int port = default_node_port;
-  std::string name, bind, cluster, gpus;
+  std::string name, bind, cluster, gpus, join;
+  std::vector<std::string> labels;
   int slots = 0;
   double link_timeout = liveness::default_seconds;
   desc.add_options()("help,h", "show this help")(
@@ -90,7 +97,12 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "ranks are stopped (heartbeats keep idle links alive)")(
       "exit-on-stdin-eof",
       "stop (as on SIGTERM) when stdin ends: an agent started over ssh for one job ends "
-      "with the session that started it");
+      "with the session that started it")(
+      "join", po::value(&join),
+      "HOST[:PORT]: join the cluster whose table that agent holds (any agent started without "
+      "--join holds one); the agent stays joined and joins again when that agent comes back")(
+      "label", po::value(&labels)->composing(),
+      "KEY=VALUE: a label of this node in the cluster's table (repeatable)");
   auto parsed = parse_options_only(argc, argv, desc, "node");
   if (!parsed)
     return std::nullopt; // --help
@@ -123,8 +135,28 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   } catch (const std::exception& e) {
     throw usage_error(e.what());
   }
+  std::vector<std::string> checked_labels;
+  try {
+    checked_labels = parse_labels(labels);
+  } catch (const std::exception& e) {
+    throw usage_error(e.what());
+  }
+  std::string join_host;
+  int join_port = default_node_port;
+  if (!join.empty()) {
+    try {
+      auto a = parse_cluster_address(join, default_node_port);
+      join_host = a.host;
+      join_port = a.port;
+    } catch (const std::exception& e) {
+      throw usage_error(fmt::format("--join '{}': {}", printable(join), e.what()));
+    }
+  }
   auto creds = credentials_for({vm.count("insecure") > 0, vm.count("cluster-dir") > 0, cluster},
                                cert_role::node);
+  if (creds && !join_host.empty())
+    if (auto why = net::module().join_problem(*creds); !why.empty())
+      throw std::runtime_error(fmt::format("--join: {}", why));
   node_options n;
   n.port = port;
   n.name = name;
@@ -134,6 +166,9 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   n.link = link;
   n.creds = std::move(creds);
   n.exit_on_stdin_eof = vm.count("exit-on-stdin-eof") > 0;
+  n.labels = std::move(checked_labels);
+  n.join_host = join_host;
+  n.join_port = join_port;
   return n;
 }
 
@@ -151,11 +186,31 @@ int start_node(const node_options& o) {
   cfg.node->shim = shim_path();
   cfg.node->gpus = std::make_shared<gpu_pool>(o.inventory.devices);
   cfg.node->gpu_source = o.inventory.source;
+  cfg.node->creds = creds;
+  cfg.node->labels = o.labels;
+  cfg.node->bind = bind;
+  cfg.node->link_timeout = o.link.timeout;
+  cfg.node->started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  // A join the cluster refuses ends the agent: say why, exit 1.
+  static std::atomic<bool> fatal_seen{false};
+  cfg.node->fatal = [name](const std::string& why) {
+    if (fatal_seen.exchange(true))
+      return;
+    std::cerr << fmt::format("caf-hvd node '{}': error: {}\n", name, why) << std::flush;
+    ::kill(::getpid(), SIGTERM);
+  };
   cfg.enable_network(o.link, creds ? &*creds : nullptr);
   caf::actor_system sys{cfg};
   cfg.node->guardian = spawn_guardian(sys);
-  auto opened = net::module().open(sys, static_cast<uint16_t>(port), bind, creds.has_value());
+  auto join_target =
+      o.join_host.empty() ? std::string{} : fmt::format("{}:{}", o.join_host, o.join_port);
+  auto table = spawn_cluster_table(sys, join_target);
+  auto opened = net::module().open(sys, static_cast<uint16_t>(port), bind, creds.has_value(),
+                                   caf::actor_cast<caf::actor>(table));
   int rc = 0;
+  caf::actor joiner;
   if (!opened) {
     std::cerr << fmt::format("caf-hvd node: cannot listen on {}:{}: {}\n",
                              bind.empty() ? "*" : bind, port, bind_problem(bind, port));
@@ -165,6 +220,10 @@ int start_node(const node_options& o) {
                              bind.empty() ? "*" : bind, *opened,
                              creds ? "mutual TLS, cluster " + creds->dir : "INSECURE")
               << std::flush;
+    cfg.node->port = *opened;
+    if (!o.join_host.empty())
+      joiner = spawn_joiner(sys, o.join_host, static_cast<uint16_t>(o.join_port),
+                            creds.has_value());
     if (o.exit_on_stdin_eof) {
       std::thread{[name] {
         char buf[256];
@@ -206,8 +265,15 @@ int start_node(const node_options& o) {
                                  name, e.what());
       }
     }
-    std::cerr << fmt::format("caf-hvd node '{}': {} received, stopping its jobs' ranks\n", name,
-                             strsignal(sig));
+    if (fatal_seen)
+      rc = 1;
+    else
+      std::cerr << fmt::format("caf-hvd node '{}': {} received, stopping its jobs' ranks\n",
+                               name, strsignal(sig));
+    caf::scoped_actor leaving{sys};
+    if (joiner) // the table hears that this agent stops, not only that its link broke
+      leaving->request(joiner, std::chrono::seconds(2), left_atom::value)
+          .receive([](bool) {}, [](caf::error&) {});
     // Ranks stop as a driver stops them (SIGTERM, the job's grace, SIGKILL) and their
     // exits reach the drivers, saying that this agent stopped them.
     caf::scoped_actor self{sys};
@@ -224,6 +290,9 @@ int start_node(const node_options& o) {
                       });
   }
   caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  caf::anon_send_exit(table, caf::exit_reason::user_shutdown);
+  if (joiner)
+    caf::anon_send_exit(joiner, caf::exit_reason::user_shutdown);
   exit_watchdog(rc);
   return rc;
 }

@@ -16,9 +16,13 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <ctime>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 #include <openssl/err.h>
+#include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -75,7 +79,10 @@ x509_ptr new_cert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* 
   add(NID_basic_constraints, ca ? "critical,CA:TRUE" : "critical,CA:FALSE");
   add(NID_key_usage, ca ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature");
   if (!ca)
-    add(NID_ext_key_usage, role == cert_role::node     ? "critical,serverAuth"
+    // A node agent serves drivers and, to join its cluster, connects to another agent:
+    // both usages, with the role in OU (what tells it from a pre-role member
+    // certificate). A driver only connects.
+    add(NID_ext_key_usage, role == cert_role::node     ? "critical,serverAuth,clientAuth"
                            : role == cert_role::driver ? "critical,clientAuth"
                                                        : "serverAuth,clientAuth");
   if (!X509_sign(cert.get(), issuer_key ? issuer_key : key, EVP_sha256()))
@@ -432,7 +439,26 @@ cert_role role_of(x509_st* cert) {
     return cert_role::node;
   if (client && !server)
     return cert_role::driver;
+  if (client && server) {
+    // A node certificate that may join a cluster names its role; a pre-role member
+    // certificate has no OU.
+    char ou[32] = "";
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_organizationalUnitName, ou,
+                              sizeof(ou));
+    if (std::string_view{ou} == "node")
+      return cert_role::node;
+  }
   return cert_role::member;
+}
+
+bool can_join(x509_st* cert) {
+  return role_of(cert) == cert_role::node && (X509_get_extended_key_usage(cert) & XKU_SSL_CLIENT);
+}
+
+std::string common_name_of(x509_st* cert) {
+  char buf[256] = "";
+  X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, buf, sizeof(buf));
+  return buf;
 }
 
 std::string openssl_error() {
@@ -442,6 +468,106 @@ std::string openssl_error() {
   char buf[256];
   ERR_error_string_n(code, buf, sizeof(buf));
   return buf;
+}
+
+
+signed_ticket sign_ticket(const cluster_credentials& creds, const std::string& body) {
+  auto key = read_key(creds.key);
+  std::ifstream in{creds.cert};
+  std::stringstream pem;
+  pem << in.rdbuf();
+  if (!in)
+    throw credentials_error(fmt::format("cannot read {}", creds.cert));
+  std::unique_ptr<EVP_MD_CTX, deleter<EVP_MD_CTX, EVP_MD_CTX_free>> md{EVP_MD_CTX_new()};
+  size_t len = 0;
+  if (EVP_DigestSignInit(md.get(), nullptr, EVP_sha256(), nullptr, key.get()) != 1
+      || EVP_DigestSign(md.get(), nullptr, &len,
+                        reinterpret_cast<const unsigned char*>(body.data()), body.size())
+             != 1)
+    throw credentials_error("cannot sign a ticket: " + openssl_error());
+  std::string sig(len, '\0');
+  if (EVP_DigestSign(md.get(), reinterpret_cast<unsigned char*>(sig.data()), &len,
+                     reinterpret_cast<const unsigned char*>(body.data()), body.size())
+      != 1)
+    throw credentials_error("cannot sign a ticket: " + openssl_error());
+  sig.resize(len);
+  return {pem.str(), body, sig};
+}
+
+ticket_holder check_ticket(const cluster_credentials& creds, const signed_ticket& t,
+                           cert_role role, const std::string& purpose,
+                           const std::string& audience) {
+  if (t.cert.size() > 16384 || t.body.size() > 4096 || t.signature.size() > 512)
+    throw credentials_error("the ticket is too large");
+  std::unique_ptr<BIO, deleter<BIO, BIO_free_all>> bio{
+      BIO_new_mem_buf(t.cert.data(), static_cast<int>(t.cert.size()))};
+  x509_ptr cert{PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)};
+  if (!cert)
+    throw credentials_error("the ticket carries no certificate");
+  // The chain, validity and revocation, as a TLS handshake would check them.
+  std::unique_ptr<X509_STORE, deleter<X509_STORE, X509_STORE_free>> store{X509_STORE_new()};
+  auto ca = read_cert(creds.ca_cert);
+  X509_STORE_add_cert(store.get(), ca.get());
+  if (!creds.crl.empty()) {
+    FILE* f = std::fopen(creds.crl.c_str(), "r");
+    if (!f)
+      throw credentials_error(fmt::format("cannot read {}: {}", creds.crl, std::strerror(errno)));
+    while (X509_CRL* crl = PEM_read_X509_CRL(f, nullptr, nullptr, nullptr)) {
+      X509_STORE_add_crl(store.get(), crl);
+      X509_CRL_free(crl);
+    }
+    std::fclose(f);
+    ERR_clear_error();
+    X509_STORE_set_flags(store.get(), X509_V_FLAG_CRL_CHECK);
+  }
+  std::unique_ptr<X509_STORE_CTX, deleter<X509_STORE_CTX, X509_STORE_CTX_free>> vctx{
+      X509_STORE_CTX_new()};
+  X509_STORE_CTX_init(vctx.get(), store.get(), cert.get(), nullptr);
+  if (X509_verify_cert(vctx.get()) != 1)
+    throw credentials_error(
+        fmt::format("its certificate '{}' is not valid in this cluster: {}",
+                    common_name_of(cert.get()),
+                    X509_verify_cert_error_string(X509_STORE_CTX_get_error(vctx.get()))));
+  auto found = role_of(cert.get());
+  if (found != role && found != cert_role::member)
+    throw credentials_error(fmt::format("its certificate '{}' is a {} certificate, not a {} one",
+                                        common_name_of(cert.get()), to_string(found),
+                                        to_string(role)));
+  pkey_ptr pub{X509_get_pubkey(cert.get())};
+  std::unique_ptr<EVP_MD_CTX, deleter<EVP_MD_CTX, EVP_MD_CTX_free>> md{EVP_MD_CTX_new()};
+  if (!pub || EVP_DigestVerifyInit(md.get(), nullptr, EVP_sha256(), nullptr, pub.get()) != 1
+      || EVP_DigestVerify(md.get(), reinterpret_cast<const unsigned char*>(t.signature.data()),
+                          t.signature.size(),
+                          reinterpret_cast<const unsigned char*>(t.body.data()), t.body.size())
+             != 1) {
+    ERR_clear_error();
+    throw credentials_error(
+        fmt::format("the ticket's signature is not by '{}'", common_name_of(cert.get())));
+  }
+  // caf-hvd ticket 1 / purpose / audience / subject / time
+  std::vector<std::string> lines;
+  std::stringstream body{t.body};
+  for (std::string line; std::getline(body, line);)
+    lines.push_back(line);
+  if (lines.size() != 5 || lines[0] != "caf-hvd ticket 1")
+    throw credentials_error("the ticket is not a caf-hvd ticket");
+  if (lines[1] != purpose || lines[2] != audience)
+    throw credentials_error(fmt::format("the ticket is for {} at '{}', not for {} at '{}'",
+                                        lines[1], lines[2], purpose, audience));
+  char* end = nullptr;
+  long made = std::strtol(lines[4].c_str(), &end, 10);
+  long now = static_cast<long>(::time(nullptr));
+  if (!end || *end || made < now - 300 || made > now + 300)
+    throw credentials_error(
+        fmt::format("the ticket was made at {} (now {}): more than five minutes apart; are the "
+                    "clocks of the two hosts set?",
+                    lines[4], now));
+  ticket_holder h;
+  h.name = common_name_of(cert.get());
+  h.role = found == cert_role::member ? role : found;
+  h.subject = lines[3];
+  h.shared = h.name == "node" || h.name == "driver" || found == cert_role::member;
+  return h;
 }
 
 } // namespace cafhvd

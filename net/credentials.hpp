@@ -15,6 +15,24 @@ namespace cafhvd {
 /// The role a certificate's extended key usage gives it.
 cert_role role_of(x509_st* cert);
 
+/// Whether a node certificate may also connect (to join a cluster): node certificates
+/// issued before membership existed serve only.
+bool can_join(x509_st* cert);
+
+/// The certificate's common name (the name it was issued under).
+std::string common_name_of(x509_st* cert);
+
+/// Signs `body` with the key of `creds` (its certificate goes along). Throws
+/// credentials_error.
+signed_ticket sign_ticket(const cluster_credentials& creds, const std::string& body);
+
+/// Checks a ticket against the cluster of `creds`: its certificate issued by the CA, valid,
+/// not revoked, of `role`; the signature; the body of `purpose` and `audience`, made within
+/// five minutes of now. Returns its holder or throws credentials_error saying what failed.
+ticket_holder check_ticket(const cluster_credentials& creds, const signed_ticket& t,
+                           cert_role role, const std::string& purpose,
+                           const std::string& audience);
+
 /// The oldest error in this thread's OpenSSL error queue, as text (and taken off it).
 std::string openssl_error();
 

@@ -8,6 +8,12 @@
 #include <openssl/hmac.h>
 
 #include <cstdio>
+#include <memory>
+#include <set>
+
+#include <fmt/format.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <stdexcept>
 
 #include "net/credentials.hpp"
@@ -48,15 +54,42 @@ caf::actor connector(caf::actor_system& sys, bool tls) {
 }
 
 caf::expected<uint16_t> open(caf::actor_system& sys, uint16_t port, const std::string& bind,
-                             bool tls) {
-  if (!tls)
+                             bool tls, const caf::actor& published) {
+  if (!tls && !published)
     return sys.middleman().open(port, bind.empty() ? nullptr : bind.c_str(), true);
+  if (!tls)
+    return sys.middleman().publish(published, port, bind.empty() ? nullptr : bind.c_str(), true);
   caf::expected<uint16_t> opened{caf::sec::runtime_error};
   caf::scoped_actor self{sys};
-  self->request(sys.openssl_manager().actor_handle(), std::chrono::seconds(10),
-                caf::open_atom::value, port, bind, true)
-      .receive([&](uint16_t p) { opened = p; }, [&](caf::error& e) { opened = std::move(e); });
+  auto mm = sys.openssl_manager().actor_handle();
+  auto on_answer = [&](uint16_t p) { opened = p; };
+  auto on_error = [&](caf::error& e) { opened = std::move(e); };
+  if (published)
+    self->request(mm, std::chrono::seconds(10), caf::publish_atom::value, port,
+                  caf::actor_cast<caf::strong_actor_ptr>(published), std::set<std::string>{},
+                  bind, true)
+        .receive(on_answer, on_error);
+  else
+    self->request(mm, std::chrono::seconds(10), caf::open_atom::value, port, bind, true)
+        .receive(on_answer, on_error);
   return opened;
+}
+
+std::string join_problem(const cluster_credentials& creds) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f{std::fopen(creds.cert.c_str(), "r"), &std::fclose};
+  if (!f)
+    return fmt::format("cannot read {}", creds.cert);
+  std::unique_ptr<X509, void (*)(X509*)> cert{PEM_read_X509(f.get(), nullptr, nullptr, nullptr),
+                                              &X509_free};
+  if (!cert)
+    return fmt::format("{} is not a PEM certificate", creds.cert);
+  if (role_of(cert.get()) == cert_role::member || can_join(cert.get()))
+    return {};
+  return fmt::format("{} ('{}') was issued before node agents could join a cluster: it serves "
+                     "only. Where the cluster was made, run 'caf-hvd cluster revoke {}' and "
+                     "'caf-hvd cluster add-node {}', and use the new directory",
+                     creds.cert, common_name_of(cert.get()), common_name_of(cert.get()),
+                     common_name_of(cert.get()));
 }
 
 std::string hmac_sha256(std::string_view key, std::string_view body) {
@@ -86,6 +119,9 @@ const api table = [] {
   t.issue_credentials = &issue_credentials;
   t.revoke_credentials = &revoke_credentials;
   t.load_cluster = &load_cluster;
+  t.sign_ticket = &sign_ticket;
+  t.check_ticket = &check_ticket;
+  t.join_problem = &join_problem;
   t.hmac_sha256 = &hmac_sha256;
   t.digests_equal = &digests_equal;
   return t;

@@ -84,7 +84,10 @@ std::string describe(int err, X509* cert, int depth, cert_role own) {
     if (depth == 0)
       return fmt::format("{} is a {} certificate; {}", who, to_string(role_of(cert)),
                          own == cert_role::node
-                             ? "only drivers (driver certificates) may connect to a node agent"
+                             ? "only drivers and joining node agents (node certificates issued "
+                               "for joining) may connect to a node agent; a node certificate "
+                               "issued before joining existed serves only: re-issue it with "
+                               "'caf-hvd cluster revoke NAME' and 'caf-hvd cluster add-node NAME'"
                              : "a driver connects only to node agents (node certificates)");
     break;
   case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
@@ -147,8 +150,14 @@ int verify(int ok, X509_STORE_CTX* store) {
   }
   if (info->own == cert_role::member)
     return 1;
-  auto wanted = info->own == cert_role::node ? cert_role::driver : cert_role::node;
-  if (peer != wanted) {
+  // A node agent accepts drivers and joining agents (a node certificate that passed
+  // OpenSSL's client purpose check: one issued for joining); when it connects itself (to
+  // join), it connects only to node agents. A driver connects only to node agents.
+  bool accepting = SSL_is_server(ssl) == 1;
+  bool fine = info->own == cert_role::node && accepting
+                  ? peer == cert_role::driver || peer == cert_role::node
+                  : peer == cert_role::node;
+  if (!fine) {
     set_refusal(ssl, describe(X509_V_ERR_INVALID_PURPOSE, cert, 0, info->own));
     X509_STORE_CTX_set_error(store, X509_V_ERR_INVALID_PURPOSE);
     return 0;

@@ -17,6 +17,12 @@ std::string cluster_dir(const std::optional<std::string>& flag) {
   return fmt::format("{}/.config/caf-hvd/cluster", home && *home ? home : ".");
 }
 
+std::string ticket_body(const std::string& purpose, const std::string& audience,
+                        const std::string& subject, long unix_seconds) {
+  return fmt::format("caf-hvd ticket 1\n{}\n{}\n{}\n{}\n", purpose, audience, subject,
+                     unix_seconds);
+}
+
 const char* to_string(cert_role r) {
   switch (r) {
   case cert_role::node:

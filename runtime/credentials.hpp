@@ -36,6 +36,31 @@ struct cluster_credentials {
   cert_role role = cert_role::node;
 };
 
+/// A statement signed with a cluster member's key, for what CAF cannot tell an actor: who
+/// sent a message (CAF authenticates connections, not senders). The holder's certificate
+/// travels with it and is checked against the cluster's CA and revocation list.
+struct signed_ticket {
+  std::string cert;      // the signer's certificate (PEM)
+  std::string body;      // what it says: ticket_body() lines
+  std::string signature; // ECDSA-SHA256 over body with the certificate's key
+};
+
+/// The lines a ticket signs: its purpose (what it admits), its audience (the agent or the
+/// cluster that checks it), its subject (the name the signer claims: a node name, a job)
+/// and when it was made (Unix seconds; a ticket is good for five minutes either way).
+std::string ticket_body(const std::string& purpose, const std::string& audience,
+                        const std::string& subject, long unix_seconds);
+
+/// Who signed a ticket that checked out.
+struct ticket_holder {
+  std::string name; // the certificate's name (CN): the owner of a driver's jobs
+  cert_role role = cert_role::node;
+  std::string subject; // the subject the ticket claims
+  // A certificate that `cluster init` made for every host of a single trusted machine
+  // (named "node" or "driver"): any host may hold it, so it proves no name.
+  bool shared = false;
+};
+
 /// The directory to use: `flag` if given, else $CAF_HVD_CLUSTER_DIR, else
 /// $HOME/.config/caf-hvd/cluster.
 std::string cluster_dir(const std::optional<std::string>& flag);

@@ -25,7 +25,7 @@
 namespace cafhvd::net {
 
 /// Changes whenever the table below changes: a module from another build is refused.
-inline constexpr uint32_t abi_version = 1;
+inline constexpr uint32_t abi_version = 2;
 
 struct api {
   uint32_t abi = abi_version;
@@ -41,9 +41,10 @@ struct api {
   /// The actor that connects to node agents: the OpenSSL module's with `tls`, else the
   /// middleman's (which also spawns actors on connected nodes).
   caf::actor (*connector)(caf::actor_system& sys, bool tls);
-  /// Opens the node agent's port (0: any) on `bind` (empty: every address).
+  /// Opens the node agent's port (0: any) on `bind` (empty: every address), publishing
+  /// `published` there (a connect to the port answers with its handle; may be null).
   caf::expected<uint16_t> (*open)(caf::actor_system& sys, uint16_t port, const std::string& bind,
-                                  bool tls);
+                                  bool tls, const caf::actor& published);
   /// Why the TLS handshake with `peer` ("ip:port") failed, or empty.
   std::string (*tls_failure_for)(const std::string& peer);
 
@@ -53,6 +54,15 @@ struct api {
                                    const std::string& name, const std::string& out);
   std::vector<std::string> (*revoke_credentials)(const std::string& dir, const std::string& name);
   cluster_credentials (*load_cluster)(const std::string& dir, cert_role role);
+  /// Signed statements (runtime/credentials.hpp): sign with `creds`' key; check one
+  /// against `creds`' cluster (throws credentials_error saying why it fails).
+  signed_ticket (*sign_ticket)(const cluster_credentials& creds, const std::string& body);
+  ticket_holder (*check_ticket)(const cluster_credentials& creds, const signed_ticket& t,
+                                cert_role role, const std::string& purpose,
+                                const std::string& audience);
+  /// Why `creds`' certificate cannot join a cluster (a node certificate issued before
+  /// joining existed), or empty.
+  std::string (*join_problem)(const cluster_credentials& creds);
 
   // --- Horovod's signed wire (runtime/horovod_wire.cpp)
   /// HMAC-SHA256 of `body` under `key` (32 bytes).

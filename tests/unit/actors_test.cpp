@@ -4,10 +4,14 @@
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <stdlib.h>
 
 #include "actors/config.hpp"
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/net.hpp"
 
 using namespace cafhvd;
 
@@ -70,7 +74,7 @@ driver_actor::behavior_type fake_driver() {
 TEST_CASE_FIXTURE(fixture,
                   "an agent's stop escalates: SIGTERM with the reason, SIGKILL after grace") {
   auto driver = sys.spawn(fake_driver);
-  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{5000});
+  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{5000}, signed_ticket{});
   auto log = std::make_shared<worker_log>();
   auto worker = sys.spawn(fake_worker, log);
   caf::anon_send(colocator, enlist_atom::value, worker);
@@ -96,7 +100,7 @@ TEST_CASE_FIXTURE(fixture,
 
 TEST_CASE_FIXTURE(fixture, "a driver's teardown escalates too, and a lost driver stops the ranks") {
   auto driver = sys.spawn(fake_driver);
-  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{2000});
+  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{2000}, signed_ticket{});
   auto log = std::make_shared<worker_log>();
   caf::anon_send(colocator, enlist_atom::value, sys.spawn(fake_worker, log));
   sched.run();
@@ -113,7 +117,7 @@ TEST_CASE_FIXTURE(fixture,
   auto guardian = spawn_guardian(sys);
   auto driver = sys.spawn(fake_driver);
   auto log = std::make_shared<worker_log>();
-  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{1000});
+  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{1000}, signed_ticket{});
   caf::anon_send(guardian, enlist_atom::value, caf::actor_cast<caf::actor>(colocator));
   caf::anon_send(colocator, enlist_atom::value, sys.spawn(fake_worker, log));
   sched.run();
@@ -163,4 +167,71 @@ TEST_CASE("--link-timeout sets CAF's connection timeout and a heartbeat well ins
   for (double bad : {0.0, 0.5, -3.0, 3601.0, std::nan("")})
     CHECK_THROWS_WITH_AS(liveness::from_seconds(bad),
                          doctest::Contains("--link-timeout"), std::invalid_argument);
+}
+
+namespace {
+
+// What a colocator answers to its first request (node_atom): its node, or the error.
+std::string node_answer(fixture& f, colocator_actor c) {
+  caf::scoped_actor self{f.sys};
+  self->send(c, node_atom::value);
+  f.sched.run();
+  std::string out = "no answer";
+  self->receive([&](node_info& info) { out = "node " + info.name; },
+                [&](caf::error& e) { out = f.sys.render(e); },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  return out;
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "an agent with credentials runs nothing for a spawn without a driver's "
+                           "ticket for that agent and job") {
+  char tmpl[] = "/tmp/caf-hvd-ticket-XXXXXX";
+  std::string dir = ::mkdtemp(tmpl);
+  auto& net = net::module();
+  net.init_cluster(dir + "/c");
+  auto alice_dir = net.issue_credentials(dir + "/c", cert_role::driver, "alice", "");
+  auto joiner_dir = net.issue_credentials(dir + "/c", cert_role::node, "h2", "");
+  cfg.node->name = "ha";
+  cfg.node->creds = net.load_cluster(dir + "/c", cert_role::node);
+  auto alice = net.load_cluster(alice_dir, cert_role::driver);
+  auto me = to_string(sys.node());
+  auto now = static_cast<long>(::time(nullptr));
+  auto driver = sys.spawn(fake_driver);
+  auto spawn = [&](const std::string& job, signed_ticket t) {
+    return sys.spawn(colocator_fn, driver, coordinator_actor{}, job, int32_t{1000}, std::move(t));
+  };
+  // CAF lets any connected peer spawn: one without a ticket, a joining agent's node key,
+  // a driver's ticket for another agent or another job
+  auto none = node_answer(*this, spawn("job-1", signed_ticket{}));
+  CHECK(none.find("node agent 'ha' refused to run job job-1 for this peer") != std::string::npos);
+  CHECK(none.find("the ticket carries no certificate") != std::string::npos);
+  auto by_node = node_answer(
+      *this, spawn("job-1", net.sign_ticket(net.load_cluster(joiner_dir, cert_role::node),
+                                            ticket_body("colocator", me, "job-1", now))));
+  CHECK(by_node.find("its certificate 'h2' is a node certificate, not a driver one")
+        != std::string::npos);
+  auto elsewhere = node_answer(
+      *this, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", "other#1", "job-1", now))));
+  CHECK(elsewhere.find("not for colocator at") != std::string::npos);
+  auto other_job =
+      node_answer(*this, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", me,
+                                                                           "job-2", now))));
+  CHECK(other_job.find("it names job 'job-2'") != std::string::npos);
+  CHECK(cfg.node->jobs->snapshot().empty()); // none of them counts as a job here
+  // alice's own ticket for this agent and job: the colocator serves, the job shows
+  auto ok = spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", me, "job-1", now)));
+  CHECK(node_answer(*this, ok) == "node ha");
+  auto jobs = cfg.node->jobs->snapshot();
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].job == "job-1");
+  CHECK(jobs[0].owner == "alice");
+  caf::anon_send(ok, terminate_atom::value, int32_t{0});
+  caf::anon_send_exit(ok, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+  sched.run();
+  sched.trigger_timeouts();
+  sched.run();
+  std::filesystem::remove_all(dir);
 }

@@ -55,7 +55,7 @@ node_log* the_log = nullptr;
 
 colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, driver_actor driver,
                                               coordinator_actor coordinator, std::string,
-                                              int32_t grace_ms) {
+                                              int32_t grace_ms, signed_ticket) {
   std::string name = the_log->next_name < the_log->names.size()
                          ? the_log->names[the_log->next_name++]
                          : std::string{"fake"};

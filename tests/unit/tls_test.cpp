@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -131,7 +132,8 @@ TEST_CASE("a driver and a node agent of one cluster complete the handshake") {
   SSL_CTX_free(driver);
 }
 
-TEST_CASE("roles: a node certificate cannot drive, a driver certificate cannot serve") {
+TEST_CASE("roles: a node certificate connects only as a joining agent, a driver certificate "
+          "cannot serve") {
   temp_dir t;
   auto dir = t / "c";
   init_cluster(dir);
@@ -139,18 +141,11 @@ TEST_CASE("roles: a node certificate cannot drive, a driver certificate cannot s
   auto d2 = issue_credentials(dir, cert_role::driver, "d2", "");
   auto* node = context_for(dir, cert_role::node);
   auto* driver = context_for(dir, cert_role::driver);
-  // The second node's key used to connect as if it were a driver.
-  auto* stolen_node = tls::build_context({[&] {
-                                            auto c = load_cluster(h2, cert_role::node);
-                                            c.role = cert_role::driver; // what it claims
-                                            return c;
-                                          }(),
-                                          nullptr});
-  auto r = handshake(node, stolen_node);
-  CHECK_FALSE(r.ok);
-  CHECK(r.server_refusal
-        == "certificate 'h2' is a node certificate; only drivers (driver certificates) may "
-           "connect to a node agent");
+  // A node agent that joins another connects with its node certificate: TLS admits it;
+  // what it may ask for is decided by tickets (a colocator spawn needs a driver's).
+  auto* joining = context_for(h2, cert_role::node);
+  auto r = handshake(node, joining);
+  CHECK(r.ok);
   // A driver's key used to pose as a node agent.
   auto* fake_agent = tls::build_context({[&] {
                                            auto c = load_cluster(d2, cert_role::driver);
@@ -163,8 +158,75 @@ TEST_CASE("roles: a node certificate cannot drive, a driver certificate cannot s
   CHECK(r.client_refusal
         == "certificate 'd2' is a driver certificate; a driver connects only to node agents "
            "(node certificates)");
-  for (auto* c : {node, driver, stolen_node, fake_agent})
+  // ... and to pose as an agent that another agent joins.
+  r = handshake(fake_agent, joining);
+  CHECK_FALSE(r.ok);
+  for (auto* c : {node, driver, joining, fake_agent})
     SSL_CTX_free(c);
+}
+
+TEST_CASE("tickets: who signed a statement, checked against the cluster, not the connection") {
+  temp_dir t;
+  auto dir = t / "c";
+  init_cluster(dir);
+  auto h2 = issue_credentials(dir, cert_role::node, "h2", "");
+  auto d2 = issue_credentials(dir, cert_role::driver, "d2", "");
+  auto agent = load_cluster(dir, cert_role::node);
+  auto alice = load_cluster(d2, cert_role::driver);
+  auto now = static_cast<long>(::time(nullptr));
+  auto body = ticket_body("colocator", "NODE-ID#1", "job-7", now);
+  auto ticket = sign_ticket(alice, body);
+  auto holder = check_ticket(agent, ticket, cert_role::driver, "colocator", "NODE-ID#1");
+  CHECK(holder.name == "d2");
+  CHECK(holder.role == cert_role::driver);
+  CHECK(holder.subject == "job-7");
+  CHECK_FALSE(holder.shared);
+  // cluster init's own driver certificate is the one every head of a single machine uses
+  auto shared = check_ticket(agent, sign_ticket(load_cluster(dir, cert_role::driver), body),
+                             cert_role::driver, "colocator", "NODE-ID#1");
+  CHECK(shared.shared);
+  auto refused = [&](const signed_ticket& tk, cert_role role, const std::string& purpose,
+                     const std::string& audience) -> std::string {
+    try {
+      check_ticket(agent, tk, role, purpose, audience);
+    } catch (const credentials_error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  // a joining agent's node key cannot stand in for a driver's
+  auto node_signed = sign_ticket(load_cluster(h2, cert_role::node), body);
+  CHECK(refused(node_signed, cert_role::driver, "colocator", "NODE-ID#1")
+        == "its certificate 'h2' is a node certificate, not a driver one");
+  // a ticket for another agent, or another purpose, is not replayed here
+  CHECK(refused(ticket, cert_role::driver, "colocator", "NODE-ID#2")
+        == "the ticket is for colocator at 'NODE-ID#1', not for colocator at 'NODE-ID#2'");
+  CHECK(refused(ticket, cert_role::driver, "status", "NODE-ID#1").find("not for status")
+        != std::string::npos);
+  // a changed body breaks the signature
+  auto forged = ticket;
+  forged.body = ticket_body("colocator", "NODE-ID#1", "job-8", now);
+  CHECK(refused(forged, cert_role::driver, "colocator", "NODE-ID#1")
+        == "the ticket's signature is not by 'd2'");
+  // a certificate of another cluster
+  auto other = t / "other";
+  init_cluster(other);
+  auto stranger = sign_ticket(load_cluster(other, cert_role::driver), body);
+  CHECK(refused(stranger, cert_role::driver, "colocator", "NODE-ID#1").find("is not valid in this cluster")
+        != std::string::npos);
+  // an old ticket
+  auto stale = sign_ticket(alice, ticket_body("colocator", "NODE-ID#1", "job-7", now - 3600));
+  CHECK(refused(stale, cert_role::driver, "colocator", "NODE-ID#1").find("more than five minutes")
+        != std::string::npos);
+  // a revoked driver's tickets stop counting where the new list is
+  revoke_credentials(dir, "d2");
+  auto agent_now = load_cluster(dir, cert_role::node);
+  CHECK_THROWS_WITH_AS(check_ticket(agent_now, ticket, cert_role::driver, "colocator", "NODE-ID#1"),
+                       doctest::Contains("certificate revoked"), credentials_error);
+  // garbage
+  CHECK(refused(signed_ticket{"not a certificate", body, "x"}, cert_role::driver, "colocator",
+                "NODE-ID#1")
+        == "the ticket carries no certificate");
 }
 
 TEST_CASE("revocation: a revoked driver is refused, the others are not") {

@@ -1,0 +1,400 @@
+// The table actor and the joiner (actors/cluster.hpp).
+#include "actors/cluster.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "actors/config.hpp"
+#include "actors/driver_util.hpp"
+#include "runtime/net.hpp"
+#include "runtime/nic.hpp"
+#include "runtime/text.hpp"
+
+namespace cafhvd {
+
+namespace {
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+long unix_s() { return static_cast<long>(unix_ms() / 1000); }
+
+// Rows of agents that are gone stay visible this long (status says lost or left).
+constexpr int64_t keep_gone_ms = 10 * 60 * 1000;
+// How often a joined agent looks for news to report, and reports anyway.
+constexpr auto report_tick = std::chrono::seconds(1);
+constexpr int64_t report_anyway_ms = 5000;
+
+// The address this agent is reached at when it holds the table itself.
+std::string own_address(const node_settings& n) {
+  if (!n.bind.empty() && n.bind != "0.0.0.0")
+    return n.bind;
+  for (auto& a : list_interfaces())
+    if (!a.loopback)
+      return a.address;
+  return "127.0.0.1";
+}
+
+bool same_report(const member_info& a, const member_info& b) {
+  auto jobs_equal = [](auto& x, auto& y) {
+    if (x.size() != y.size())
+      return false;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i].job != y[i].job || x[i].ranks != y[i].ranks || x[i].gpus != y[i].gpus)
+        return false;
+    return true;
+  };
+  return a.name == b.name && a.address == b.address && a.port == b.port && a.slots == b.slots
+         && a.gpus == b.gpus && a.gpus_free == b.gpus_free && a.labels == b.labels
+         && a.draining == b.draining && jobs_equal(a.jobs, b.jobs);
+}
+
+void say(const node_settings& n, const std::string& line) {
+  std::fprintf(stderr, "caf-hvd node '%s': %s\n", n.name.c_str(), line.c_str());
+}
+
+// -- the table ---------------------------------------------------------------------------
+
+struct table_state {
+  membership_table table;
+  std::map<caf::actor_addr, uint64_t> members; // joiners, by the id the table knows them by
+  uint64_t next_member = 1;
+  std::string join_target;
+  static inline const char* name = "cluster-table";
+};
+
+constexpr uint64_t self_member = 0; // the holder's own row
+
+} // namespace
+
+member_info local_member(caf::actor_system& sys, const std::string& address) {
+  auto& n = settings_of(sys);
+  member_info m;
+  m.name = n.name;
+  m.address = address;
+  m.port = n.port;
+  m.slots = n.slots;
+  m.gpus = n.gpus->devices();
+  m.gpus_free = n.gpus->free();
+  m.labels = n.labels;
+  m.started_ms = n.started_ms;
+  m.jobs = n.jobs->snapshot();
+  return m;
+}
+
+cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& join_target) {
+  return sys.spawn([join_target](cluster_actor::stateful_pointer<table_state> self)
+                       -> cluster_actor::behavior_type {
+    auto& st = self->state;
+    st.join_target = join_target;
+    auto node_id = to_string(self->system().node());
+    auto refresh_self = [self] {
+      if (!self->state.join_target.empty())
+        return;
+      auto& n = settings_of(self->system());
+      auto info = local_member(self->system(), own_address(n));
+      if (!self->state.table.update(self_member, info, unix_ms())) {
+        ticket_holder me;
+        me.name = info.name;
+        self->state.table.join(self_member, info, me, unix_ms());
+      }
+    };
+    refresh_self();
+    self->send(self, deadline_atom::value, uint64_t{0});
+    self->set_down_handler([self](caf::down_msg& dm) {
+      auto& st = self->state;
+      auto it = st.members.find(dm.source);
+      if (it == st.members.end())
+        return;
+      for (auto& name : st.table.gone(it->second, false, unix_ms()))
+        say(settings_of(self->system()),
+            fmt::format("node '{}' is lost (its link broke)", printable(name)));
+      st.members.erase(it);
+    });
+    return {
+        [self, node_id](join_atom, caf::actor& joiner, member_info& info,
+                        signed_ticket& ticket) -> std::string {
+          auto& st = self->state;
+          auto& n = settings_of(self->system());
+          if (!st.join_target.empty())
+            return fmt::format("the agent '{}' holds no table: it joined the cluster at {}; join "
+                               "that one",
+                               n.name, st.join_target);
+          if (!joiner)
+            return "no joiner given";
+          ticket_holder holder;
+          if (n.creds) {
+            try {
+              holder = net::module().check_ticket(*n.creds, ticket, cert_role::node, "join",
+                                                  node_id);
+            } catch (const std::exception& e) {
+              say(n, fmt::format("refused a join as '{}': {}", printable(info.name), e.what()));
+              return fmt::format("the join ticket was refused: {}", e.what());
+            }
+            if (holder.subject != info.name) {
+              say(n, fmt::format("refused a join as '{}': its ticket names '{}'",
+                                 printable(info.name), printable(holder.subject)));
+              return "the join ticket names another node";
+            }
+          } else {
+            holder.shared = true; // --insecure: nothing proves a name
+          }
+          try {
+            info.labels = parse_labels(info.labels);
+          } catch (const std::exception& e) {
+            return e.what();
+          }
+          auto addr = joiner.address();
+          auto [it, fresh] = st.members.emplace(addr, st.next_member);
+          if (fresh) {
+            ++st.next_member;
+            self->monitor(joiner);
+          }
+          auto why = st.table.join(it->second, info, holder, unix_ms());
+          if (!why.empty()) {
+            say(n, fmt::format("refused a join as '{}': {}", printable(info.name), why));
+            if (fresh) {
+              self->demonitor(joiner);
+              st.members.erase(it);
+            }
+            return why;
+          }
+          say(n, fmt::format("node '{}' joined from {}:{}{}", printable(info.name),
+                             printable(info.address), info.port,
+                             holder.shared ? " (a shared certificate)" : ""));
+          return {};
+        },
+        [self](update_atom, member_info& info) {
+          auto& st = self->state;
+          auto it = st.members.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+          if (it == st.members.end())
+            return; // not joined (or lost meanwhile): its joiner joins again
+          try {
+            info.labels = parse_labels(info.labels);
+          } catch (const std::exception&) {
+            return;
+          }
+          st.table.update(it->second, info, unix_ms());
+        },
+        [self](left_atom, const std::string& name) {
+          auto& st = self->state;
+          auto it = st.members.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+          if (it == st.members.end())
+            return;
+          st.table.gone(it->second, true, unix_ms());
+          say(settings_of(self->system()),
+              fmt::format("node '{}' left (its agent stops)", printable(name)));
+          self->demonitor(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+          st.members.erase(it);
+        },
+        [self, node_id, refresh_self](table_atom,
+                                      signed_ticket& ticket) -> caf::result<cluster_view> {
+          auto& st = self->state;
+          auto& n = settings_of(self->system());
+          if (n.creds) {
+            try {
+              net::module().check_ticket(*n.creds, ticket, cert_role::driver, "status", node_id);
+            } catch (const std::exception& e) {
+              return caf::make_error(caf::sec::request_receiver_down,
+                                     fmt::format("the agent refused the request: {}", e.what()));
+            }
+          }
+          cluster_view v;
+          v.holder = n.name;
+          if (!st.join_target.empty()) {
+            v.redirect = st.join_target;
+            return v;
+          }
+          refresh_self();
+          auto t = st.table.view(unix_ms());
+          t.holder = n.name;
+          return t;
+        },
+        [self, refresh_self](deadline_atom, uint64_t) {
+          refresh_self();
+          self->state.table.expire(unix_ms(), keep_gone_ms);
+          self->delayed_send(self, report_tick, deadline_atom::value, uint64_t{0});
+        },
+    };
+  });
+}
+
+// -- the joiner ----------------------------------------------------------------------------
+
+namespace {
+
+struct joiner_state {
+  std::string host;
+  uint16_t port = 0;
+  bool tls = true;
+  std::string target; // host:port
+  std::string address; // this agent's address towards the table
+  cluster_actor table;
+  bool joined = false, ever_joined = false, connecting = false, stopping = false;
+  member_info sent;
+  int64_t sent_ms = 0;
+  int64_t conflict_since = 0; // the name was held by a live agent since
+  std::string last_problem;   // said once until it changes
+  static inline const char* name = "cluster-joiner";
+};
+
+using joiner_ptr = caf::stateful_actor<joiner_state>*;
+
+void give_up(joiner_ptr self, const std::string& why) {
+  auto& n = settings_of(self->system());
+  if (n.fatal)
+    n.fatal(fmt::format("cannot join the cluster at {}: {}", self->state.target, why));
+}
+
+// A problem on the way to the table: the first join ends the agent on a definite one,
+// later ones are retried (the holder may come back).
+void retry(joiner_ptr self, const std::string& why, bool definite) {
+  auto& st = self->state;
+  st.connecting = false;
+  if (definite && !st.ever_joined)
+    return give_up(self, why);
+  if (why != st.last_problem) {
+    say(settings_of(self->system()),
+        fmt::format("cannot join the cluster at {} ({}); trying again every second", st.target,
+                    why));
+    st.last_problem = why;
+  }
+  self->delayed_send(self, std::chrono::seconds(1), deadline_atom::value, uint64_t{1});
+}
+
+void try_join(joiner_ptr self) {
+  auto& st = self->state;
+  if (st.joined || st.connecting || st.stopping)
+    return;
+  st.connecting = true;
+  if (auto a = resolve_ipv4(st.host); !a)
+    return retry(self, fmt::format("cannot resolve '{}'", st.host), false);
+  else if (auto local = local_address_towards(*a))
+    st.address = *local;
+  auto mm = net::module().connector(self->system(), st.tls);
+  self->request(mm, std::chrono::seconds(10), caf::connect_atom::value, st.host, st.port)
+      .then(
+          [self](caf::node_id& nid, caf::strong_actor_ptr& published, std::set<std::string>&) {
+            auto& st = self->state;
+            auto table = caf::actor_cast<cluster_actor>(published);
+            if (!table)
+              return retry(self,
+                           "the agent there publishes no cluster table (a caf-hvd agent of an "
+                           "older version?)",
+                           true);
+            auto& n = settings_of(self->system());
+            auto info = local_member(self->system(), st.address);
+            signed_ticket ticket;
+            if (n.creds) {
+              try {
+                ticket = net::module().sign_ticket(
+                    *n.creds, ticket_body("join", to_string(nid), n.name, unix_s()));
+              } catch (const std::exception& e) {
+                return retry(self, e.what(), true);
+              }
+            }
+            self->request(table, std::chrono::seconds(10), join_atom::value,
+                          caf::actor_cast<caf::actor>(self), info, ticket)
+                .then(
+                    [self, table, info](std::string& why) {
+                      auto& st = self->state;
+                      auto& n = settings_of(self->system());
+                      if (!why.empty()) {
+                        // A name still held may be this agent's own previous run, not yet
+                        // seen as lost: it is tried again for a link timeout and a bit.
+                        bool held = why.find("is held by a live agent") != std::string::npos;
+                        auto now = unix_ms();
+                        if (held && st.conflict_since == 0)
+                          st.conflict_since = now;
+                        bool definite = !held
+                                        || now - st.conflict_since
+                                               > n.link_timeout.count() + 2000;
+                        return retry(self, "refused: " + why, definite);
+                      }
+                      st.conflict_since = 0;
+                      st.connecting = false;
+                      st.joined = true;
+                      st.table = table;
+                      st.sent = info;
+                      st.sent_ms = unix_ms();
+                      st.last_problem.clear();
+                      self->monitor(table);
+                      say(n, fmt::format("{} the cluster at {}",
+                                         st.ever_joined ? "joined again" : "joined", st.target));
+                      st.ever_joined = true;
+                    },
+                    [self](caf::error& e) {
+                      retry(self, fmt::format("no answer to its join: {}", self->system().render(e)),
+                            false);
+                    });
+          },
+          [self](caf::error& e) {
+            auto& st = self->state;
+            auto why = connect_error(self->system(), e, st.tls, fmt::format("{}:{}", st.host, st.port));
+            // Nobody listening (yet) or no route is worth waiting for; a peer that is not an
+            // agent of this cluster is not.
+            bool definite = !(e == caf::sec::cannot_connect_to_node
+                              || e == caf::sec::request_timeout);
+            retry(self, why, definite);
+          });
+}
+
+} // namespace
+
+caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_t port, bool tls) {
+  return sys.spawn([host, port, tls](caf::stateful_actor<joiner_state>* self) -> caf::behavior {
+    auto& st = self->state;
+    st.host = host;
+    st.port = port;
+    st.tls = tls;
+    st.target = fmt::format("{}:{}", host, port);
+    self->set_down_handler([self](caf::down_msg& dm) {
+      auto& st = self->state;
+      if (dm.source != st.table.address())
+        return;
+      st.joined = false;
+      st.table = nullptr;
+      if (st.stopping)
+        return;
+      say(settings_of(self->system()),
+          fmt::format("lost the cluster's table at {}; joining again", st.target));
+      try_join(self);
+    });
+    self->send(self, deadline_atom::value, uint64_t{1});
+    self->send(self, deadline_atom::value, uint64_t{2});
+    return {
+        // 1: try to join; 2: report news
+        [self](deadline_atom, uint64_t what) {
+          auto& st = self->state;
+          if (what == 1)
+            return try_join(self);
+          self->delayed_send(self, report_tick, deadline_atom::value, uint64_t{2});
+          if (!st.joined)
+            return;
+          auto info = local_member(self->system(), st.address);
+          auto now = unix_ms();
+          if (same_report(info, st.sent) && now - st.sent_ms < report_anyway_ms)
+            return;
+          self->send(st.table, update_atom::value, info);
+          st.sent = std::move(info);
+          st.sent_ms = now;
+        },
+        // The agent stops: the table hears it from here, not from a broken link.
+        [self](left_atom) -> caf::result<bool> {
+          auto& st = self->state;
+          st.stopping = true;
+          if (st.joined)
+            self->send(st.table, left_atom::value, settings_of(self->system()).name);
+          return st.joined;
+        },
+    };
+  });
+}
+
+} // namespace cafhvd

@@ -1,0 +1,138 @@
+// caf-hvd status: the cluster at a glance, from the table its agents joined (nodes, their
+// slots, GPUs, labels and states; the jobs running and where).
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "actors/config.hpp"
+#include "actors/driver_util.hpp"
+#include "actors/protocol.hpp"
+#include "apps/cli.hpp"
+#include "runtime/host_spec.hpp"
+#include "runtime/membership.hpp"
+#include "runtime/net.hpp"
+#include "runtime/text.hpp"
+
+namespace cafhvd::cli {
+
+namespace {
+
+long unix_s() {
+  return static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count());
+}
+
+// The table at `where`, or an error message.
+std::variant<cluster_view, std::string> fetch(caf::actor_system& sys, const cluster_address& where,
+                                              const std::optional<cluster_credentials>& creds,
+                                              std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{sys};
+  auto peer = fmt::format("{}:{}", where.host, where.port);
+  std::variant<cluster_view, std::string> out{std::string{}};
+  self->request(net::module().connector(sys, creds.has_value()), timeout,
+                caf::connect_atom::value, where.host, where.port)
+      .receive(
+          [&](caf::node_id& nid, caf::strong_actor_ptr& published, std::set<std::string>&) {
+            auto table = caf::actor_cast<cluster_actor>(published);
+            if (!table) {
+              out = fmt::format("{} is a caf-hvd node agent without a cluster table (an older "
+                                "version?)",
+                                peer);
+              return;
+            }
+            signed_ticket ticket;
+            if (creds)
+              ticket = net::module().sign_ticket(
+                  *creds, ticket_body("status", to_string(nid), "status", unix_s()));
+            self->request(table, timeout, table_atom::value, ticket)
+                .receive([&](cluster_view& v) { out = std::move(v); },
+                         [&](caf::error& e) {
+                           out = fmt::format("{} did not give its table: {}", peer,
+                                             sys.render(e));
+                         });
+          },
+          [&](caf::error& e) {
+            out = fmt::format("cannot reach the cluster at {}: {}", peer,
+                              connect_error(sys, e, creds.has_value(), peer));
+          });
+  return out;
+}
+
+} // namespace
+
+int run_status(int argc, char** argv) {
+  po::options_description desc{
+      "caf-hvd status: the cluster's nodes (state, slots, GPUs, labels, last seen) and its "
+      "running jobs, from the table its agents joined.\n\n"
+      "usage: caf-hvd status [--cluster HOST[:PORT]] [--cluster-dir DIR] [--json]\n\noptions"};
+  std::string cluster, where;
+  double timeout = 10;
+  desc.add_options()("help,h", "show this help")(
+      "cluster", po::value(&where),
+      "HOST[:PORT]: an agent of the cluster (the one the others joined, or any that joined "
+      "it); default: $CAF_HVD_CLUSTER")("cluster-dir", po::value(&cluster),
+                                         "the cluster's credentials (a driver certificate)")(
+      "insecure", "talk to agents started with --insecure")(
+      "json", "print the table as JSON (for scripts)")(
+      "timeout", po::value(&timeout)->default_value(10), "seconds to wait for an answer");
+  auto parsed = parse_options_only(argc, argv, desc, "status");
+  if (!parsed)
+    return 0;
+  auto& vm = *parsed;
+  if (where.empty())
+    if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
+      where = env;
+  if (where.empty())
+    throw usage_error("give the cluster with --cluster HOST[:PORT] (an agent of it) or set "
+                      "CAF_HVD_CLUSTER");
+  if (!(timeout > 0 && timeout <= 3600))
+    throw usage_error(fmt::format("--timeout {}: give seconds from 0 to 3600", timeout));
+  cluster_address address;
+  try {
+    address = parse_cluster_address(where, default_node_port);
+  } catch (const std::exception& e) {
+    throw usage_error(fmt::format("--cluster '{}': {}", printable(where), e.what()));
+  }
+  auto creds = credentials_for({vm.count("insecure") > 0, vm.count("cluster-dir") > 0, cluster},
+                               cert_role::driver);
+  hvd_config cfg;
+  cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
+  int rc = 0;
+  {
+    caf::actor_system sys{cfg};
+    auto wait = std::chrono::milliseconds(static_cast<long>(timeout * 1000));
+    auto got = fetch(sys, address, creds, wait);
+    // An agent that joined another says where the table is: asked there, once.
+    if (auto* v = std::get_if<cluster_view>(&got); v && !v->redirect.empty()) {
+      try {
+        auto next = parse_cluster_address(v->redirect, default_node_port);
+        got = fetch(sys, next, creds, wait);
+      } catch (const std::exception& e) {
+        got = fmt::format("the agent points to '{}': {}", printable(v->redirect), e.what());
+      }
+      if (auto* again = std::get_if<cluster_view>(&got); again && !again->redirect.empty())
+        got = fmt::format("the agent at {} joined {}, which joined {} in turn: no table found",
+                          where, v->redirect, again->redirect);
+    }
+    if (auto* v = std::get_if<cluster_view>(&got)) {
+      if (vm.count("json"))
+        std::cout << json_text(status_json(*v)) << "\n";
+      else
+        std::cout << render_status(*v);
+      std::cout << std::flush;
+    } else {
+      std::cerr << "caf-hvd status: error: " << std::get<std::string>(got) << "\n";
+      rc = 1;
+    }
+    exit_watchdog(rc);
+  }
+  return rc;
+}
+
+} // namespace cafhvd::cli

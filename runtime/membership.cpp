@@ -1,0 +1,289 @@
+// The membership table and how `caf-hvd status` shows it.
+#include "runtime/membership.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "runtime/text.hpp"
+
+namespace cafhvd {
+
+namespace {
+
+bool key_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'
+         || c == '/';
+}
+
+bool value_char(char c) { return key_char(c) || c == ':' || c == '+' || c == '@'; }
+
+uint32_t ranks_of(const member_info& m) {
+  uint32_t n = 0;
+  for (auto& j : m.jobs)
+    n += j.ranks;
+  return n;
+}
+
+size_t gpus_held(const member_info& m) { return m.gpus.size() - std::min(m.gpus.size(), m.gpus_free.size()); }
+
+std::string ago(int64_t now, int64_t then) {
+  if (then <= 0)
+    return "-";
+  double s = static_cast<double>(std::max<int64_t>(0, now - then)) / 1000.0;
+  if (s < 60)
+    return fmt::format("{:.1f}s ago", s);
+  if (s < 3600)
+    return fmt::format("{}m{:02}s ago", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return fmt::format("{}h{:02}m ago", static_cast<int>(s) / 3600,
+                     (static_cast<int>(s) % 3600) / 60);
+}
+
+// Columns padded to their widest cell.
+std::string table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i)
+        width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  std::string out;
+  for (auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i)
+      line += i + 1 == r.size() ? r[i] : fmt::format("{:<{}}  ", r[i], width[i]);
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<std::string> parse_labels(const std::vector<std::string>& given) {
+  std::map<std::string, std::string> out;
+  for (auto& l : given) {
+    auto eq = l.find('=');
+    auto key = l.substr(0, eq);
+    if (eq == std::string::npos || key.empty() || key.size() > 63
+        || !std::all_of(key.begin(), key.end(), key_char))
+      throw std::invalid_argument(fmt::format(
+          "--label '{}': give KEY=VALUE, the key 1 to 63 letters, digits, '.', '-', '_' or '/'",
+          printable(l)));
+    auto value = l.substr(eq + 1);
+    if (value.size() > 253 || !std::all_of(value.begin(), value.end(), value_char))
+      throw std::invalid_argument(
+          fmt::format("--label '{}': the value may have up to 253 letters, digits and "
+                      "'.-_/:+@' (no spaces, no '=' or ',')",
+                      printable(l)));
+    if (!out.emplace(key, value).second)
+      throw std::invalid_argument(fmt::format("--label '{}': the key '{}' is given twice",
+                                              printable(l), key));
+  }
+  std::vector<std::string> v;
+  for (auto& [k, val] : out)
+    v.push_back(k + "=" + val);
+  return v;
+}
+
+cluster_address parse_cluster_address(std::string_view text, uint16_t default_port) {
+  cluster_address a;
+  auto colon = text.rfind(':');
+  auto host = text.substr(0, colon);
+  if (host.empty() || !std::all_of(host.begin(), host.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+      }))
+    throw std::invalid_argument("give HOST or HOST:PORT (a host name or IPv4 address)");
+  a.host = std::string{host};
+  a.port = default_port;
+  if (colon != std::string_view::npos) {
+    auto port = text.substr(colon + 1);
+    unsigned long p = 0;
+    if (port.empty() || port.size() > 5
+        || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })
+        || (p = std::stoul(std::string{port})) == 0 || p > 65535)
+      throw std::invalid_argument(
+          fmt::format("'{}' is not a port (1 to 65535)", printable(port)));
+    a.port = static_cast<uint16_t>(p);
+  }
+  return a;
+}
+
+std::string membership_table::join(uint64_t member, const member_info& info,
+                                   const ticket_holder& holder, int64_t now_ms) {
+  if (!valid_host_name(info.name))
+    return fmt::format("'{}' is not a node name (1 to 255 letters, digits, '.', '-' or '_')",
+                       printable(info.name));
+  if (!holder.shared && holder.name != info.name)
+    return fmt::format("its certificate was issued for '{}', so it cannot join as '{}'",
+                       printable(holder.name), printable(info.name));
+  if (auto it = rows_.find(info.name); it != rows_.end()) {
+    auto& e = it->second;
+    if (e.member != member && e.row.state == "alive")
+      return fmt::format("the name '{}' is held by a live agent at {}:{}; give this "
+                         "agent another --name, or stop that one",
+                         printable(info.name), printable(e.row.info.address), e.row.info.port);
+  }
+  // One row per member: a member that joined under another name before gives it up.
+  for (auto it = rows_.begin(); it != rows_.end();)
+    if (it->second.member == member && it->first != info.name)
+      it = rows_.erase(it);
+    else
+      ++it;
+  auto& e = rows_[info.name];
+  e.member = member;
+  e.row.info = info;
+  e.row.state = "alive";
+  e.row.certificate = holder.name;
+  e.row.shared = holder.shared;
+  e.row.joined_ms = now_ms;
+  e.row.last_seen_ms = now_ms;
+  e.row.gone_ms = 0;
+  return {};
+}
+
+bool membership_table::update(uint64_t member, const member_info& info, int64_t now_ms) {
+  auto it = rows_.find(info.name);
+  if (it == rows_.end() || it->second.member != member || it->second.row.state != "alive")
+    return false;
+  it->second.row.info = info;
+  it->second.row.last_seen_ms = now_ms;
+  return true;
+}
+
+std::vector<std::string> membership_table::gone(uint64_t member, bool left, int64_t now_ms) {
+  std::vector<std::string> names;
+  for (auto& [name, e] : rows_)
+    if (e.member == member && e.row.state == "alive") {
+      names.push_back(name);
+      e.row.state = left ? "left" : "lost";
+      e.row.gone_ms = now_ms;
+      e.row.info.jobs.clear(); // its ranks are gone with it (or will be: its jobs see it too)
+    }
+  return names;
+}
+
+void membership_table::expire(int64_t now_ms, int64_t keep_ms) {
+  for (auto it = rows_.begin(); it != rows_.end();)
+    if (it->second.row.state != "alive" && now_ms - it->second.row.gone_ms > keep_ms)
+      it = rows_.erase(it);
+    else
+      ++it;
+}
+
+cluster_view membership_table::view(int64_t now_ms) const {
+  cluster_view v;
+  v.now_ms = now_ms;
+  for (auto& [name, e] : rows_)
+    v.nodes.push_back(e.row);
+  return v;
+}
+
+size_t membership_table::alive() const {
+  return static_cast<size_t>(std::count_if(rows_.begin(), rows_.end(),
+                                           [](auto& p) { return p.second.row.state == "alive"; }));
+}
+
+std::string render_status(const cluster_view& v) {
+  size_t alive = 0;
+  uint32_t slots = 0, used = 0;
+  bool unlimited = false;
+  for (auto& n : v.nodes)
+    if (n.state == "alive") {
+      ++alive;
+      slots += n.info.slots;
+      unlimited |= n.info.slots == 0;
+      used += ranks_of(n.info);
+    }
+  std::string out = fmt::format(
+      "cluster held by '{}': {} node{} alive, {} slot{} in use of {}\n", printable(v.holder), alive,
+      alive == 1 ? "" : "s", used, used == 1 ? "" : "s",
+      unlimited ? (slots ? fmt::format("{} and unlimited", slots) : std::string{"unlimited"})
+                : fmt::format("{}", slots));
+  std::vector<std::vector<std::string>> rows{
+      {"NODE", "STATE", "ADDRESS", "SLOTS", "GPUS", "LABELS", "JOINED", "LAST SEEN"}};
+  for (auto& n : v.nodes) {
+    auto state = n.state;
+    if (n.state == "alive" && n.info.draining)
+      state = "draining";
+    if (n.shared)
+      state += " (shared cert)";
+    rows.push_back(
+        {printable(n.info.name), state,
+         fmt::format("{}:{}", printable(n.info.address), n.info.port),
+         n.info.slots ? fmt::format("{}/{} used", ranks_of(n.info), n.info.slots)
+                      : fmt::format("{} used, no limit", ranks_of(n.info)),
+         n.info.gpus.empty() ? std::string{"-"}
+                             : fmt::format("{}/{} used", gpus_held(n.info), n.info.gpus.size()),
+         n.info.labels.empty() ? std::string{"-"} : printable(fmt::format("{}", fmt::join(n.info.labels, ","))),
+         ago(v.now_ms, n.joined_ms),
+         n.state == "alive" ? ago(v.now_ms, n.last_seen_ms)
+                            : fmt::format("{} {}", n.state, ago(v.now_ms, n.gone_ms))});
+  }
+  out += table(rows);
+  // Jobs, from every node's report: where each one's ranks run.
+  struct job_row {
+    std::string owner;
+    int64_t since = 0;
+    uint32_t ranks = 0;
+    std::vector<std::string> where;
+  };
+  std::map<std::string, job_row> jobs;
+  for (auto& n : v.nodes)
+    for (auto& j : n.info.jobs) {
+      auto& r = jobs[j.job];
+      r.owner = j.owner;
+      r.since = r.since ? std::min(r.since, j.since_ms) : j.since_ms;
+      r.ranks += j.ranks;
+      r.where.push_back(fmt::format("{}:{}", printable(n.info.name), j.ranks));
+    }
+  if (jobs.empty()) {
+    out += "no jobs running\n";
+    return out;
+  }
+  std::vector<std::vector<std::string>> jr{{"JOB", "OWNER", "RANKS", "WHERE", "SINCE"}};
+  for (auto& [id, r] : jobs)
+    jr.push_back({printable(id), r.owner.empty() ? std::string{"-"} : printable(r.owner),
+                  std::to_string(r.ranks), fmt::format("{}", fmt::join(r.where, ",")),
+                  ago(v.now_ms, r.since)});
+  out += table(jr);
+  return out;
+}
+
+nlohmann::json status_json(const cluster_view& v) {
+  auto nodes = nlohmann::json::array();
+  for (auto& n : v.nodes) {
+    auto jobs = nlohmann::json::array();
+    for (auto& j : n.info.jobs)
+      jobs.push_back({{"job", j.job},
+                      {"owner", j.owner},
+                      {"ranks", j.ranks},
+                      {"gpus", j.gpus},
+                      {"since_ms", j.since_ms}});
+    nodes.push_back({{"name", n.info.name},
+                     {"state", n.state == "alive" && n.info.draining ? "draining" : n.state},
+                     {"address", n.info.address},
+                     {"port", n.info.port},
+                     {"slots", n.info.slots},
+                     {"slots_used", ranks_of(n.info)},
+                     {"gpus", n.info.gpus},
+                     {"gpus_free", n.info.gpus_free},
+                     {"labels", n.info.labels},
+                     {"certificate", n.certificate},
+                     {"shared_certificate", n.shared},
+                     {"started_ms", n.info.started_ms},
+                     {"joined_ms", n.joined_ms},
+                     {"last_seen_ms", n.last_seen_ms},
+                     {"gone_ms", n.gone_ms},
+                     {"jobs", jobs}});
+  }
+  return {{"holder", v.holder}, {"now_ms", v.now_ms}, {"nodes", nodes}};
+}
+
+} // namespace cafhvd

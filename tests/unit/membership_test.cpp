@@ -1,0 +1,121 @@
+// The cluster's membership table: who may hold a name, what status shows, labels and
+// addresses as the agents' options take them.
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+#include "runtime/membership.hpp"
+
+using namespace cafhvd;
+
+namespace {
+
+member_info node(const std::string& name, uint32_t slots = 4) {
+  member_info m;
+  m.name = name;
+  m.address = "10.0.0.1";
+  m.port = 7070;
+  m.slots = slots;
+  return m;
+}
+
+ticket_holder cert(const std::string& name, bool shared = false) {
+  ticket_holder h;
+  h.name = name;
+  h.subject = name;
+  h.shared = shared;
+  return h;
+}
+
+} // namespace
+
+TEST_CASE("membership: a name is held by one live agent; a certificate proves its own name only") {
+  membership_table t;
+  CHECK(t.join(1, node("ha"), cert("ha"), 1000) == "");
+  // another agent under a held name
+  CHECK(t.join(2, node("ha"), cert("ha"), 1100)
+        == "the name 'ha' is held by a live agent at 10.0.0.1:7070; give this agent another "
+           "--name, or stop that one");
+  // hb's certificate cannot join as hc; a shared certificate (cluster init's) proves no name
+  CHECK(t.join(3, node("hc"), cert("hb"), 1200)
+        == "its certificate was issued for 'hb', so it cannot join as 'hc'");
+  CHECK(t.join(3, node("hc"), cert("node", true), 1200) == "");
+  auto v = t.view(1300);
+  REQUIRE(v.nodes.size() == 2);
+  CHECK(v.nodes[1].shared);
+  // ha's link breaks: the name is free for its restarted agent
+  CHECK(t.gone(1, false, 2000) == std::vector<std::string>{"ha"});
+  CHECK(t.view(2000).nodes[0].state == "lost");
+  CHECK(t.alive() == 1);
+  CHECK(t.join(4, node("ha"), cert("ha"), 2100) == "");
+  CHECK(t.view(2100).nodes[0].state == "alive");
+  CHECK(t.view(2100).nodes[0].joined_ms == 2100);
+  // updates come only from the member that holds the row
+  auto m = node("ha", 8);
+  CHECK_FALSE(t.update(1, m, 2200));
+  CHECK(t.update(4, m, 2200));
+  CHECK(t.view(2200).nodes[0].info.slots == 8);
+  CHECK(t.view(2200).nodes[0].last_seen_ms == 2200);
+  // gone rows stay for a while, then go
+  t.gone(3, true, 3000);
+  t.expire(3000 + 500, 1000);
+  CHECK(t.view(3500).nodes.size() == 2);
+  t.expire(3000 + 1500, 1000);
+  CHECK(t.view(4500).nodes.size() == 1);
+  // names that are not names never get in
+  CHECK(t.join(5, node("bad\x1b[2Jname"), cert("x", true), 5000).find("is not a node name")
+        != std::string::npos);
+}
+
+TEST_CASE("membership: status shows states, slots in use and where each job's ranks are") {
+  membership_table t;
+  auto a = node("ha", 4);
+  a.labels = {"zone=a"};
+  a.jobs = {{"job-1", "alice", 3, {}, 1000}};
+  auto b = node("hb", 0);
+  b.jobs = {{"job-1", "alice", 1, {}, 1000}, {"job-2", "bob", 2, {0}, 1500}};
+  b.gpus = {0, 1};
+  b.gpus_free = {1};
+  CHECK(t.join(1, a, cert("ha"), 1000) == "");
+  CHECK(t.join(2, b, cert("node", true), 1000) == "");
+  CHECK(t.join(3, node("hc"), cert("hc"), 1000) == "");
+  t.gone(3, false, 2000);
+  auto text = render_status(t.view(4000));
+  CHECK(text.find("cluster held by '': 2 nodes alive, 6 slots in use of 4 and unlimited")
+        != std::string::npos);
+  CHECK(text.find("ha    alive                10.0.0.1:7070  3/4 used") != std::string::npos);
+  CHECK(text.find("hb    alive (shared cert)  10.0.0.1:7070  3 used, no limit  1/2 used")
+        != std::string::npos);
+  CHECK(text.find("lost 2.0s ago") != std::string::npos);
+  CHECK(text.find("job-1  alice  4      ha:3,hb:1") != std::string::npos);
+  CHECK(text.find("job-2  bob    2      hb:2") != std::string::npos);
+  auto j = status_json(t.view(4000));
+  CHECK(j["nodes"][0]["slots_used"] == 3);
+  CHECK(j["nodes"][2]["state"] == "lost");
+  CHECK(j["nodes"][1]["jobs"][1]["gpus"][0] == 0);
+}
+
+TEST_CASE("membership: labels and cluster addresses as the options take them") {
+  CHECK(parse_labels({"zone=b", "gpu=a100", "k8s.io/pool=x:1"})
+        == std::vector<std::string>{"gpu=a100", "k8s.io/pool=x:1", "zone=b"});
+  CHECK(parse_labels({"empty="}) == std::vector<std::string>{"empty="});
+  CHECK_THROWS_WITH_AS(parse_labels({"novalue"}), doctest::Contains("give KEY=VALUE"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_labels({"=x"}), doctest::Contains("give KEY=VALUE"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_labels({"a=b c"}), doctest::Contains("no spaces"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_labels({"a=1", "a=2"}), doctest::Contains("given twice"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_labels({"a\x1b=1"}), doctest::Contains("a\\x1b=1"),
+                       std::invalid_argument);
+  auto a = parse_cluster_address("head.example", 7070);
+  CHECK(a.host == "head.example");
+  CHECK(a.port == 7070);
+  a = parse_cluster_address("10.0.0.1:7101", 7070);
+  CHECK(a.port == 7101);
+  CHECK_THROWS_AS(parse_cluster_address("10.0.0.1:0", 7070), std::invalid_argument);
+  CHECK_THROWS_AS(parse_cluster_address("10.0.0.1:http", 7070), std::invalid_argument);
+  CHECK_THROWS_AS(parse_cluster_address(":7070", 7070), std::invalid_argument);
+  CHECK_THROWS_AS(parse_cluster_address("a b", 7070), std::invalid_argument);
+}
