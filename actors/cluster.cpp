@@ -28,7 +28,7 @@ long unix_s() { return static_cast<long>(unix_ms() / 1000); }
 // Rows of agents that are gone stay visible this long (status says lost or left).
 constexpr int64_t keep_gone_ms = 10 * 60 * 1000;
 // How often a joined agent looks for news to report, and reports anyway.
-constexpr auto report_tick = std::chrono::seconds(1);
+constexpr auto report_tick = std::chrono::milliseconds(250);
 constexpr int64_t report_anyway_ms = 5000;
 
 // The address this agent is reached at when it holds the table itself.
@@ -236,6 +236,8 @@ struct joiner_state {
   std::string target; // host:port
   std::string address; // this agent's address towards the table
   cluster_actor table;
+  caf::node_id lost; // the table's node when it was lost: a connect that still names it is
+                     // the middleman's stale cache (a request to it would never be answered)
   bool joined = false, ever_joined = false, connecting = false, stopping = false;
   member_info sent;
   int64_t sent_ms = 0;
@@ -282,6 +284,9 @@ void try_join(joiner_ptr self) {
       .then(
           [self](caf::node_id& nid, caf::strong_actor_ptr& published, std::set<std::string>&) {
             auto& st = self->state;
+            if (st.lost && nid == st.lost)
+              return retry(self, "the agent there is the one that was lost (not gone yet)",
+                           false);
             auto table = caf::actor_cast<cluster_actor>(published);
             if (!table)
               return retry(self,
@@ -299,7 +304,7 @@ void try_join(joiner_ptr self) {
                 return retry(self, e.what(), true);
               }
             }
-            self->request(table, std::chrono::seconds(10), join_atom::value,
+            self->request(table, std::chrono::seconds(5), join_atom::value,
                           caf::actor_cast<caf::actor>(self), info, ticket)
                 .then(
                     [self, table, info](std::string& why) {
@@ -359,6 +364,7 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
       if (dm.source != st.table.address())
         return;
       st.joined = false;
+      st.lost = st.table.node();
       st.table = nullptr;
       if (st.stopping)
         return;

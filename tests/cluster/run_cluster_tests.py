@@ -517,17 +517,29 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             self.assertEqual(rc, 0, err)
             self.assertEqual(rank_lines(out)[0], ["alice"])
 
-            # h2's node key, stolen, cannot drive h1: the handshake refuses it.
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            ctx.check_hostname = False
-            ctx.load_verify_locations(f"{c}/ca.pem")
-            ctx.load_cert_chain(f"{h2}/node.pem", f"{h2}/node.key")
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-                with self.assertRaises((ssl.SSLError, OSError)):
-                    with ctx.wrap_socket(raw) as t:
-                        t.sendall(b"\0" * 64)
-                        if not t.recv(1):  # TLS 1.3: the refusal arrives with the first read
-                            raise OSError("closed")
+            # h2's node key (a joining agent's, or one stolen) connects to h1, as joining
+            # needs, but cannot make it run anything: no colocator without a driver's
+            # ticket for h1 and the job, no worker spawned from outside.
+            attack = os.environ.get("CAF_HVD_SPAWN_ATTACK") or os.path.join(
+                os.path.dirname(os.path.dirname(harness.CAF_HVD)), "tests", "caf-hvd-spawn-attack")
+            marker = f"/tmp/pwned.{self.marker}"
+            r = subprocess.run([attack, h2, "127.0.0.1", str(port), marker], capture_output=True,
+                               text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            out = r.stdout
+            self.assertIn("connect: ok", out)
+            self.assertRegex(out, r"node 1: .*node agent 'h1' refused to run job pwn for this peer: "
+                                  r"its driver ticket did not check out: the ticket carries no "
+                                  r"certificate")
+            self.assertRegex(out, r"node 2: .*its certificate 'h2' is a node certificate, not a "
+                                  r"driver one")
+            for step in (1, 2):
+                self.assertIn(f"workers {step}: 0", out)
+                self.assertRegex(out, rf"launch {step}: .*refused to run job pwn")
+            self.assertRegex(out, r"worker spawn: .*(cannot|unknown|no such|not).*", out)
+            self.assertNotIn("served as", out)
+            time.sleep(0.5)
+            self.assertFalse(os.path.exists(marker), "the attacker's command ran")
             # caf-hvd itself will not drive with a node directory.
             rc, _, err = drive(h2)
             self.assertEqual(rc, 1, err)
@@ -587,7 +599,7 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             self.assertEqual(rank_lines(out)[0], ["still"])
             self.assertIsNone(agent.poll())
             log += self.node_log("h1")
-            self.assertIn("certificate 'h2' is a node certificate; only drivers", log)
+            self.assertIn("refused to run job pwn for this peer", log)
             self.assertRegex(log, r"certificate 'bob' \(serial [0-9A-F]+\) is revoked")
             self.assertFalse(os.path.exists(f"/tmp/pwned.{self.marker}"))
 

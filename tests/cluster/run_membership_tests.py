@@ -1,0 +1,268 @@
+"""The cluster's membership on network-namespace hosts (tests/cluster/netns.py), with mutual
+TLS and a certificate per node: agents join the one that holds the table, `caf-hvd status`
+lists them and the jobs running, the table's holder can die and come back without a job
+noticing, and joins that must not happen are refused. Skips with a clear message when not
+run as root. Prints 'N passed, N failed'."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import netns  # noqa: E402
+from harness import leftover_ranks, rank_lines, run_suite  # noqa: E402
+
+CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
+WHY_NOT = netns.available()
+PORT = 24780
+CLUSTER = os.environ["CAF_HVD_CLUSTER_DIR"]
+
+
+def issue(role, name):
+    """The credentials directory of a node or driver certificate named `name`."""
+    out = os.path.join(CLUSTER, "issued", name)
+    if not os.path.exists(os.path.join(out, f"{role}.pem")):
+        subprocess.run([CAF_HVD, "cluster", f"add-{role}", name, CLUSTER], check=True,
+                       capture_output=True)
+    return out
+
+
+class Drain(threading.Thread):
+    """Reads an agent's output so that it never blocks on a full pipe; keeps the lines."""
+
+    def __init__(self, p):
+        super().__init__(daemon=True)
+        self.p, self.lines = p, []
+        self.start()
+
+    def run(self):
+        for line in self.p.stdout:
+            self.lines.append(line)
+
+    def text(self):
+        return "".join(self.lines)
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class MembershipTest(unittest.TestCase):
+    def setUp(self):
+        self.h = netns.Hosts(3)
+        self.addCleanup(self.h.close)
+        self.head = self.h.hosts[0]["good_addr"]
+        self.driver_dir = issue("driver", "alice")
+        self.drains = {}
+
+    def agent(self, i, *extra, join=True, cert=None, link_timeout="3"):
+        """Starts host i's agent with its own node certificate (named as the host), joined
+        to host 0's unless it is host 0 or join is False."""
+        name = self.h.hosts[i]["name"]
+        args = ["--cluster-dir", cert or issue("node", name), "--link-timeout", link_timeout,
+                *extra]
+        if join and i != 0:
+            args += ["--join", f"{self.head}:{PORT}"]
+        p = self.h.start_node(i, CAF_HVD, port=PORT, extra=args)
+        self.drains[i] = Drain(p)
+        return p
+
+    def status(self, host=0, *extra, timeout=30):
+        return self.h.run(host, [CAF_HVD, "status", "--cluster", f"{self.head}:{PORT}",
+                                 "--cluster-dir", self.driver_dir, *extra], timeout=timeout)
+
+    def table(self, host=0):
+        rc, out, err = self.status(host, "--json")
+        self.assertEqual(rc, 0, err)
+        return {n["name"]: n for n in json.loads(out)["nodes"]}
+
+    def wait_for(self, what, check, seconds=10):
+        """Polls `check` (a function returning a value or None) until it returns one."""
+        deadline = time.monotonic() + seconds
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                last = check()
+            except AssertionError as e:
+                last = None
+                why = str(e)
+            else:
+                why = ""
+            if last:
+                return last
+            time.sleep(0.2)
+        logs = "\n".join(f"agent {i}:\n{d.text()}" for i, d in sorted(self.drains.items()))
+        raise AssertionError(f"waited {seconds}s for {what}; {why}\nlast: {last}\n{logs}")
+
+    def all_alive(self, names):
+        def check():
+            t = self.table()
+            return t if all(t.get(n, {}).get("state") == "alive" for n in names) else None
+        return check
+
+    def test_agents_join_and_status_shows_them_and_where_a_jobs_ranks_run(self):
+        names = [x["name"] for x in self.h.hosts]
+        self.agent(0, "--slots", "4", "--label", "zone=a")
+        self.agent(1, "--slots", "2", "--label", "zone=b", "--label", "disk=ssd")
+        third = self.agent(2)
+        t = self.wait_for("three nodes alive", self.all_alive(names))
+        self.assertEqual(t[names[0]]["slots"], 4)
+        self.assertEqual(t[names[1]]["slots"], 2)
+        self.assertEqual(t[names[2]]["slots"], 0)
+        self.assertEqual(t[names[1]]["labels"], ["disk=ssd", "zone=b"])
+        self.assertEqual(t[names[1]]["address"], self.h.hosts[1]["good_addr"])
+        self.assertEqual(t[names[2]]["port"], PORT)
+        # each joined with its own certificate: the name is proven, not shared
+        self.assertEqual(t[names[1]]["certificate"], names[1])
+        self.assertFalse(t[names[1]]["shared_certificate"])
+        # a job over hosts 0 and 1: status names where its ranks are, as the ranks see it
+        spec = f"{self.h.hosts[0]['good_addr']}:{PORT}:2,{self.h.hosts[1]['good_addr']}:{PORT}:1"
+        job = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
+             self.driver_dir, "-np", "3", "-H", spec, "--", "sh", "-c",
+             'echo "on $HOROVOD_HOSTNAME"; exec sleep 5'],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(job)
+        seen = {}
+        for _ in range(3):
+            line = job.stdout.readline()
+            self.assertIn("on ", line)
+            host = line.split("on ", 1)[1].strip()
+            seen[host] = seen.get(host, 0) + 1
+        want = {(host, "alice", k) for host, k in seen.items()}
+
+        def jobs():
+            t = self.table()
+            return t if {(n, j["owner"], j["ranks"]) for n, row in t.items()
+                         for j in row["jobs"]} == want else None
+        t = self.wait_for(f"the job's ranks in status: {want}", jobs, seconds=3)
+        self.assertEqual(t[names[0]]["slots_used"], seen[names[0]])
+        rc, out, err = self.status()
+        self.assertEqual(rc, 0, err)
+        self.assertIn("3 nodes alive, 3 slots in use of 6 and unlimited", out)
+        self.assertRegex(out, rf"alice\s+3\s+{names[0]}:2,{names[1]}:1")
+        out, err = job.communicate(timeout=60)
+        self.assertEqual(job.returncode, 0, err)
+        # the ranks are gone: so are the job and its slots
+        self.wait_for("the job gone from status",
+                      lambda: all(not r["jobs"] for r in self.table().values()))
+        # a lost agent says so (its link broke), and an agent asked instead of the holder
+        # sends status to the holder
+        os.killpg(third.pid, 9)
+        t = self.wait_for("host 2 lost", lambda: (lambda t: t if t[names[2]]["state"] == "lost"
+                                                  else None)(self.table()))
+        rc, out, err = self.h.run(0, [CAF_HVD, "status", "--cluster",
+                                      f"{self.h.hosts[1]['good_addr']}:{PORT}", "--cluster-dir",
+                                      self.driver_dir])
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"cluster held by '{names[0]}': 2 nodes alive", out)
+        self.assertRegex(out, rf"{names[2]}\s+lost")
+
+    def test_the_holder_dies_during_a_job_and_the_table_comes_back_from_re_joins(self):
+        names = [x["name"] for x in self.h.hosts]
+        holder = self.agent(0)
+        self.agent(1)
+        third = self.agent(2)
+        self.wait_for("three nodes alive", self.all_alive(names))
+        # a job on hosts 1 and 2 whose ranks sum what they are given after the holder died
+        spec = f"{self.h.hosts[1]['good_addr']}:{PORT}:1,{self.h.hosts[2]['good_addr']}:{PORT}:1"
+        job = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
+             self.driver_dir, "-np", "2", "-H", spec, "--", "sh", "-c",
+             'sleep 3; echo "rank $HOROVOD_RANK of $HOROVOD_SIZE done"'],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(job)
+        time.sleep(1)
+        os.killpg(holder.pid, 9)
+        holder.wait(timeout=10)
+        rc, out, err = self.status()
+        self.assertEqual(rc, 1)
+        self.assertIn("caf-hvd status: error: cannot reach the cluster at", err)
+        out, err = job.communicate(timeout=60)
+        self.assertEqual(job.returncode, 0, err)
+        self.assertEqual(sorted(line[0] for line in rank_lines(out).values()),
+                         ["rank 0 of 2 done", "rank 1 of 2 done"])
+        # the holder comes back: the members join it again on their own (they retry every
+        # second), so the table is whole within a few seconds
+        self.agent(0)
+        started = time.monotonic()
+        self.wait_for("every agent back in the table", self.all_alive(names), seconds=5)
+        rebuilt = time.monotonic() - started
+        self.assertLess(rebuilt, 5)
+        self.assertIn("joined again the cluster at", self.drains[1].text())
+        # an agent restarted under its name joins again; meanwhile it shows as left
+        os.killpg(third.pid, 15)
+        third.wait(timeout=30)
+        t = self.wait_for("host 2 left", lambda: (lambda t: t if t[names[2]]["state"] == "left"
+                                                  else None)(self.table()))
+        self.agent(2)
+        t = self.wait_for("host 2 back", self.all_alive(names))
+        self.assertGreater(t[names[2]]["joined_ms"], t[names[1]]["joined_ms"] - 10_000)
+
+    def test_joins_that_must_not_happen_are_refused_with_one_line_and_exit_1(self):
+        names = [x["name"] for x in self.h.hosts]
+        self.agent(0)
+        self.agent(1)
+        self.wait_for("two nodes alive", self.all_alive(names[:2]))
+
+        def refused_join(i, *args, seconds=30):
+            r = self.h.run(i, ["unshare", "--uts", "sh", "-c",
+                               f'hostname {self.h.hosts[i]["name"]} && exec "$0" "$@"',
+                               CAF_HVD, "node", "--port", str(PORT + 1), "--link-timeout", "2",
+                               *args], timeout=seconds)
+            return r[0], r[2].strip().splitlines()[-1] if r[2].strip() else ""
+
+        # another cluster's credentials
+        other = os.path.join(os.path.dirname(CLUSTER), "other-cluster")
+        if not os.path.exists(other):
+            subprocess.run([CAF_HVD, "cluster", "init", other], check=True, capture_output=True)
+        rc, line = refused_join(2, "--cluster-dir", other, "--join", f"{self.head}:{PORT}")
+        self.assertEqual(rc, 1)
+        self.assertIn("error: cannot join the cluster at", line)
+        self.assertIn("not signed by this cluster's CA", line)
+        # a certificate issued for host 2 joining under another name
+        rc, line = refused_join(2, "--cluster-dir", issue("node", names[2]), "--name", "h-fake",
+                                "--join", f"{self.head}:{PORT}")
+        self.assertEqual(rc, 1)
+        self.assertIn(f"its certificate was issued for '{names[2]}', so it cannot join as "
+                      "'h-fake'", line)
+        # a name a live agent holds (a shared certificate may claim any name, not a held one):
+        # refused for the link timeout and a bit (it may be its own earlier run), then the end
+        rc, line = refused_join(2, "--name", names[1], "--join", f"{self.head}:{PORT}")
+        self.assertEqual(rc, 1)
+        self.assertIn(f"the name '{names[1]}' is held by a live agent at "
+                      f"{self.h.hosts[1]['good_addr']}:{PORT}", line)
+        # a join to something that is not a caf-hvd agent
+        listener = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], sys.executable, "-c",
+             "import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,"
+             "socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',9999));s.listen()\nprint('up',flush=True)\n"
+             "while True:\n c,_=s.accept();c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\nhello');c.close()"],
+            stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(listener)
+        self.assertEqual(listener.stdout.readline().strip(), "up")
+        rc, line = refused_join(2, "--join", f"{self.head}:9999")
+        self.assertEqual(rc, 1)
+        self.assertIn(f"error: cannot join the cluster at {self.head}:9999", line)
+        # labels that do not parse, a join address that is not one
+        rc, out, err = self.h.run(2, [CAF_HVD, "node", "--label", "zone b", "--join", self.head])
+        self.assertEqual(rc, 2)
+        self.assertIn("--label 'zone b': give KEY=VALUE", err)
+        rc, out, err = self.h.run(2, [CAF_HVD, "node", "--join", f"{self.head}:70000"])
+        self.assertEqual(rc, 2)
+        self.assertIn("'70000' is not a port", err)
+        # status needs a driver's credentials: a node's directory has none
+        rc, out, err = self.h.run(0, [CAF_HVD, "status", "--cluster", f"{self.head}:{PORT}",
+                                      "--cluster-dir", issue("node", names[1])])
+        self.assertEqual(rc, 1)
+        self.assertIn("holds no driver certificate", err)
+        # none of them got in
+        t = self.table()
+        self.assertEqual(sorted(t), sorted(names[:2]))
+
+
+if __name__ == "__main__":
+    if WHY_NOT:
+        print(f"membership tests skipped: {WHY_NOT}")
+    sys.exit(run_suite(MembershipTest, sys.argv[1:], leftover_ranks))
