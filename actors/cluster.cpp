@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -66,6 +67,7 @@ struct table_state {
   std::map<caf::actor_addr, uint64_t> members; // joiners, by the id the table knows them by
   uint64_t next_member = 1;
   std::string join_target;
+  std::map<caf::actor_addr, std::string> placers; // drivers that hold placed jobs
   static inline const char* name = "cluster-table";
 };
 
@@ -80,6 +82,7 @@ member_info local_member(caf::actor_system& sys, const std::string& address) {
   m.address = address;
   m.port = n.port;
   m.slots = n.slots;
+  m.cpus = static_cast<uint32_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   m.gpus = n.gpus->devices();
   m.gpus_free = n.gpus->free();
   m.labels = n.labels;
@@ -109,6 +112,11 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
     self->send(self, deadline_atom::value, uint64_t{0});
     self->set_down_handler([self](caf::down_msg& dm) {
       auto& st = self->state;
+      if (auto p = st.placers.find(dm.source); p != st.placers.end()) {
+        st.table.release(p->second);
+        st.placers.erase(p);
+        return;
+      }
       auto it = st.members.find(dm.source);
       if (it == st.members.end())
         return;
@@ -215,6 +223,55 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           auto t = st.table.view(unix_ms());
           t.holder = n.name;
           return t;
+        },
+        [self, node_id, refresh_self](place_atom, placement_request& r,
+                                      signed_ticket& ticket) -> placement {
+          auto& st = self->state;
+          auto& n = settings_of(self->system());
+          placement p;
+          if (!st.join_target.empty()) {
+            p.error = fmt::format("the agent '{}' holds no table: it joined the cluster at {}",
+                                  n.name, st.join_target);
+            return p;
+          }
+          if (n.creds) {
+            try {
+              auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::driver,
+                                                       "place", node_id);
+              if (holder.subject != r.job)
+                throw credentials_error("it names another job");
+            } catch (const std::exception& e) {
+              p.error = fmt::format("the agent refused the request: {}", e.what());
+              return p;
+            }
+          }
+          if (!valid_host_name(r.job)) {
+            p.error = "the job id is not one";
+            return p;
+          }
+          try {
+            r.labels = parse_labels(r.labels);
+          } catch (const std::exception& e) {
+            p.error = e.what();
+            return p;
+          }
+          refresh_self();
+          p = st.table.place(r, unix_ms());
+          for (auto& h : p.hosts)
+            h.holder = h.name == n.name;
+          if (!p.hosts.empty()) {
+            auto driver = caf::actor_cast<caf::actor_addr>(self->current_sender());
+            if (driver && !st.placers.count(driver)) {
+              st.placers.emplace(driver, r.job);
+              self->monitor(driver);
+            }
+            std::string where;
+            for (auto& h : p.hosts)
+              where += fmt::format("{}{}:{}", where.empty() ? "" : ",", h.name, h.slots);
+            say(n, fmt::format("placed job {} ({} rank{}): {}", r.job, r.np, r.np == 1 ? "" : "s",
+                               where));
+          }
+          return p;
         },
         [self, refresh_self](deadline_atom, uint64_t) {
           refresh_self();

@@ -40,6 +40,8 @@ hvd_config::hvd_config() {
   add_message_type<member_row>("cafhvd::member_row");
   add_message_type<std::vector<member_row>>("std::vector<cafhvd::member_row>");
   add_message_type<cluster_view>("cafhvd::cluster_view");
+  add_message_type<placement_request>("cafhvd::placement_request");
+  add_message_type<placement>("cafhvd::placement");
   add_actor_type(colocator_type_name, colocator_fn);
   // A foreign CAF application that finds the port is refused at the handshake.
   set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/1"});

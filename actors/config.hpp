@@ -19,19 +19,6 @@
 
 namespace cafhvd {
 
-/// The jobs a node agent runs now (one entry per colocator), for its membership reports.
-struct job_book {
-  std::mutex m;
-  std::map<uint64_t, job_summary> jobs; // by colocator actor id
-  std::vector<job_summary> snapshot() {
-    std::lock_guard g{m};
-    std::vector<job_summary> out;
-    for (auto& [id, j] : jobs)
-      out.push_back(j);
-    return out;
-  }
-};
-
 /// What node-side actors need to know about the agent that hosts them.
 struct node_settings {
   std::string name;    // the node's identity in jobs
@@ -42,7 +29,7 @@ struct node_settings {
   std::string gpu_source = "none found";
   // The cluster's credentials (nullopt: --insecure): drivers' tickets are checked with them
   std::optional<cluster_credentials> creds;
-  std::shared_ptr<job_book> jobs = std::make_shared<job_book>();
+  std::shared_ptr<node_book> jobs = std::make_shared<node_book>();
   // membership: what the agent reports of itself (actors/cluster.hpp)
   std::vector<std::string> labels;
   std::string bind;

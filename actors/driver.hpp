@@ -46,6 +46,7 @@ struct job_config {
   std::vector<host_spec> hosts;       // node agents in the order given
   std::vector<std::string> addresses; // resolved IPv4 address of each host
   bool embedded = false;              // `caf-hvd run`: one node inside this process
+  std::string job_id;                 // "" = made at the start (placement made one before)
   int np = 1;
   std::vector<std::string> command;
   std::vector<std::string> base_env;  // forwarded from the driver's environment

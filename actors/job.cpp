@@ -7,7 +7,7 @@ namespace cafhvd::driver_impl {
 
 job::behavior_type job::make_behavior() {
   started_ = clock_type::now();
-  job_id_ = make_job_id();
+  job_id_ = job_.job_id.empty() ? make_job_id() : job_.job_id;
   set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
   if (!job_.events_file.empty()) {
     try {

@@ -65,12 +65,11 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
   } else {
     self->state.book = node.jobs;
     self->state.book_id = self->id();
-    std::lock_guard g{node.jobs->m};
-    node.jobs->jobs[self->id()] = job_summary{
-        job, owner, 0, {},
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count()};
+    node.jobs->open(self->id(),
+                    job_summary{job, owner, 0, {},
+                                std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count()});
   }
   if (node.guardian) {
     self->link_to(node.guardian);
@@ -100,10 +99,14 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
     for (auto s = st.by_slot.begin(); s != st.by_slot.end(); ++s)
       if (s->second.address() == dm.source) {
         st.pids.erase(s->first);
+        if (auto n = st.node_slot.find(s->first); n != st.node_slot.end()) {
+          if (st.book)
+            st.book->give_back(st.book_id, n->second);
+          st.node_slot.erase(n);
+        }
         st.by_slot.erase(s);
         break;
       }
-    st.count_ranks();
     if ((st.driver_gone || st.stopping) && st.workers.empty())
       self->quit(caf::exit_reason::user_shutdown);
   });
@@ -175,17 +178,29 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         if (!lease.devices.empty()) {
           self->state.gpu_pool_held = n.gpus;
           self->state.gpu_owner = self->id();
-          std::lock_guard g{n.jobs->m};
-          if (auto it = n.jobs->jobs.find(self->id()); it != n.jobs->jobs.end())
-            it->second.gpus = lease.devices;
+          n.jobs->set_gpus(self->id(), lease.devices);
         }
         return lease;
       },
-      [=](workers_atom, std::vector<uint32_t>& slots) -> std::vector<worker_actor> {
+      [=](workers_atom, std::vector<uint32_t>& slots) -> caf::result<std::vector<worker_actor>> {
         auto& st = self->state;
         std::vector<worker_actor> out;
         if (!st.refused.empty())
           return out;
+        // Each worker holds one of the node's slots (for every job together) until it is
+        // gone: a job that does not fit is refused here, whatever placed it.
+        if (st.book) {
+          std::string why;
+          auto taken = st.book->take(st.book_id, static_cast<uint32_t>(slots.size()), why);
+          if (taken.size() != slots.size())
+            return caf::make_error(caf::sec::runtime_error,
+                                   fmt::format("node agent '{}' cannot start {} rank{} of this "
+                                               "job: {}",
+                                               settings_of(self->system()).name, slots.size(),
+                                               slots.size() == 1 ? "" : "s", why));
+          for (size_t i = 0; i < slots.size(); ++i)
+            st.node_slot[slots[i]] = taken[i];
+        }
         auto me = caf::actor_cast<colocator_actor>(self);
         for (auto id : slots) {
           // Spawned here only: workers are not offered for remote spawn.
@@ -203,7 +218,6 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
             self->send(st.coordinator, report_atom::value, id, settings_of(self->system()).name);
           }
         }
-        st.count_ranks();
         return out;
       },
       [=](launch_atom, launch_batch& batch) -> caf::result<std::vector<int32_t>> {
@@ -236,6 +250,11 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           spec.env = batch.common_env;
           spec.env.insert(spec.env.end(), std::make_move_iterator(batch.envs[i].begin()),
                           std::make_move_iterator(batch.envs[i].end()));
+          // The node-wide slot the rank holds, as NODE:INDEX (indices count from 0 over
+          // every job on the node).
+          if (auto ns = st.node_slot.find(batch.slots[i]); ns != st.node_slot.end())
+            spec.env.push_back(fmt::format("CAF_HVD_SLOT={}:{}", settings_of(self->system()).name,
+                                           ns->second));
           spec.executor = batch.executor;
           spec.boot = batch.boot;
           spec.max_frame = batch.max_frame;

@@ -26,10 +26,8 @@ struct colocator_state {
   ~colocator_state() {
     if (gpu_pool_held)
       gpu_pool_held->release(gpu_owner); // the job's devices come back with its colocator
-    if (book) {
-      std::lock_guard g{book->m};
-      book->jobs.erase(book_id);
-    }
+    if (book)
+      book->close(book_id); // every slot it held comes back
   }
   driver_actor driver;
   coordinator_actor coordinator;     // the job's: each worker reports its host there
@@ -46,15 +44,11 @@ struct colocator_state {
   std::shared_ptr<gpu_pool> gpu_pool_held; // set once devices are lent to this job
   uint64_t gpu_owner = 0;
   std::string refused; // the driver's ticket did not check out: it gets only this answer
-  std::shared_ptr<job_book> book; // where this job shows in the agent's reports
+  // The node's slots this job's workers hold (node_book: --slots is node-wide), and
+  // where this job shows in the agent's reports.
+  std::shared_ptr<node_book> book;
   uint64_t book_id = 0;
-  void count_ranks() {
-    if (!book)
-      return;
-    std::lock_guard g{book->m};
-    if (auto it = book->jobs.find(book_id); it != book->jobs.end())
-      it->second.ranks = static_cast<uint32_t>(by_slot.size());
-  }
+  std::map<uint32_t, uint32_t> node_slot; // slot id -> the node-wide index its worker holds
   static inline const char* name = "colocator";
 };
 

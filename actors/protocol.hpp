@@ -22,6 +22,7 @@
 //   joiner (agent with --join) ──join(ticket)/update/left──▶ table (the agent it joined)
 //   table ──monitor──▶ joiner (its link breaks: lost)   joiner ──monitor──▶ table (re-join)
 //   caf-hvd status ──table(driver ticket)──▶ table ──▶ cluster_view (or where the table is)
+//   driver --cluster ──place(request, driver ticket)──▶ table ──▶ placement (or: wait)
 //   driver ──spawn colocator(driver ticket)──▶ agent (a ticket of another agent is refused)
 //
 // Executor mode (runtime/channel.hpp frames; payloads are opaque):
@@ -102,6 +103,7 @@ using join_atom = caf::atom_constant<caf::atom("join")>;
 using update_atom = caf::atom_constant<caf::atom("update")>;
 using table_atom = caf::atom_constant<caf::atom("table")>;
 using left_atom = caf::atom_constant<caf::atom("left")>;
+using place_atom = caf::atom_constant<caf::atom("place")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -463,7 +465,7 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 }
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, member_info& x) {
-  return f(caf::meta::type_name("member_info"), x.name, x.address, x.port, x.slots, x.gpus,
+  return f(caf::meta::type_name("member_info"), x.name, x.address, x.port, x.slots, x.cpus, x.gpus,
            x.gpus_free, x.labels, x.started_ms, x.jobs, x.draining);
 }
 
@@ -474,6 +476,19 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.holder, x.redirect, x.now_ms, x.nodes);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, placement_request& x) {
+  return f(caf::meta::type_name("placement_request"), x.job, x.np, x.spread, x.labels, x.hold_ms);
+}
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, placed_host& x) {
+  return f(caf::meta::type_name("placed_host"), x.name, x.address, x.port, x.slots, x.holder);
+}
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, placement& x) {
+  return f(caf::meta::type_name("placement"), x.error, x.waiting, x.waiting_for, x.hosts);
 }
 
 /// The actor every node agent publishes on its port. The agent others join holds the
@@ -487,6 +502,10 @@ using cluster_actor = caf::typed_actor<
     caf::reacts_to<left_atom, std::string>,   // a joined agent stops (its name)
     // the table, for a driver (ticket purpose "status", audience the table's node id)
     caf::replies_to<table_atom, signed_ticket>::with<cluster_view>,
+    // slots for a job (driver ticket: purpose "place", subject the job id); a waiting job
+    // asks again, once a second, until it is placed. The table monitors the asking actor,
+    // which lives as long as the driver: its end frees what the table held for the job
+    caf::replies_to<place_atom, placement_request, signed_ticket>::with<placement>,
     caf::reacts_to<deadline_atom, uint64_t>>; // its own timer
 
 /// Names under which node agents offer actors for remote spawn.

@@ -16,6 +16,8 @@
 #include "actors/driver_util.hpp"
 #include "apps/job_options.hpp"
 #include "runtime/dashboard.hpp"
+#include "runtime/net.hpp"
+#include "runtime/nic.hpp"
 #include "runtime/nic_probe.hpp"
 
 namespace cafhvd::cli {
@@ -58,6 +60,88 @@ bool every_agent_reachable(const job_config& job) {
     return false;
   }
   return true;
+}
+
+long unix_s() {
+  return static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count());
+}
+
+// driver --cluster: asks the cluster's table for the job's slots (again every second while
+// it waits, up to --slot-wait) and makes the answer the job's host list. "" or why not.
+// `self` must live as long as the job: the table frees what it holds for the job when
+// this actor is gone (also when the driver is killed).
+std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
+                             const job_request& r,
+                             const std::optional<cluster_credentials>& creds, job_config& job) {
+  auto& where = *r.cluster;
+  auto peer = fmt::format("{}:{}", where.host, where.port);
+  std::string error;
+  auto table_address = resolve_ipv4(where.host, &error);
+  if (!table_address)
+    return fmt::format("cannot resolve '{}': {}", where.host, error);
+  auto wait = std::chrono::milliseconds(static_cast<long>(r.slot_wait * 1000));
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  cluster_actor table;
+  caf::node_id nid;
+  self->request(net::module().connector(sys, creds.has_value()), std::chrono::seconds(10),
+                caf::connect_atom::value, where.host, where.port)
+      .receive(
+          [&](caf::node_id& n, caf::strong_actor_ptr& published, std::set<std::string>&) {
+            nid = n;
+            table = caf::actor_cast<cluster_actor>(published);
+            if (!table)
+              error = fmt::format("{} is a caf-hvd node agent without a cluster table", peer);
+          },
+          [&](caf::error& e) {
+            error = fmt::format("cannot reach the cluster at {}: {}", peer,
+                                connect_error(sys, e, creds.has_value(), peer));
+          });
+  if (!error.empty())
+    return error;
+  std::string said;
+  while (true) {
+    signed_ticket ticket;
+    if (creds)
+      ticket = net::module().sign_ticket(*creds,
+                                         ticket_body("place", to_string(nid), r.place.job, unix_s()));
+    placement p;
+    self->request(table, std::chrono::seconds(10), place_atom::value, r.place, ticket)
+        .receive([&](placement& got) { p = std::move(got); },
+                 [&](caf::error& e) {
+                   p.error = fmt::format("the cluster at {} did not answer: {}", peer,
+                                         sys.render(e));
+                 });
+    if (!p.error.empty())
+      return fmt::format("cannot place the job on the cluster at {}: {}", peer, p.error);
+    if (!p.waiting) {
+      std::vector<std::string> parts;
+      for (auto& h : p.hosts) {
+        // the table's own agent is where this driver reached the table
+        auto address = h.holder ? *table_address : h.address;
+        job.hosts.push_back(host_spec{address, h.port, h.slots});
+        job.addresses.push_back(address);
+        parts.push_back(fmt::format("{} ({}:{}) {}", h.name, address, h.port, h.slots));
+      }
+      if (job.verbose || !said.empty())
+        std::cerr << fmt::format("caf-hvd: placed on {}\n", fmt::join(parts, ", "));
+      return {};
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      return fmt::format("no slots on the cluster at {} within --slot-wait {} s: waited for {}",
+                         peer, r.slot_wait, p.waiting_for);
+    if (p.waiting_for != said) {
+      std::cerr << fmt::format("caf-hvd: waiting for {}\n", p.waiting_for);
+      said = p.waiting_for;
+    }
+    // Asks again in a second (the table keeps its place in line meanwhile); a signal ends
+    // the wait.
+    auto set = termination_signals();
+    timespec ts{1, 0};
+    if (int sig = sigtimedwait(&set, nullptr, &ts); sig > 0)
+      return fmt::format("{} while waiting for slots", strsignal(sig));
+  }
 }
 
 // Runs the job; returns its exit code.
@@ -142,6 +226,13 @@ int start_job(job_request r) {
   caf::actor_system sys{cfg};
   if (job.embedded)
     cfg.node->guardian = spawn_guardian(sys);
+  std::optional<caf::scoped_actor> placer;
+  if (r.cluster)
+    if (auto why = place_on_cluster(placer.emplace(sys), sys, r, creds, job); !why.empty()) {
+      std::cerr << fmt::format("caf-hvd: error: {}\n", why);
+      exit_watchdog(1);
+      return 1;
+    }
   auto result = std::make_shared<job_result>();
   auto driver = spawn_driver(sys, std::move(job), result);
   // The signal thread forwards SIGINT/SIGTERM/SIGHUP to the driver; SIGUSR2 (blocked

@@ -85,7 +85,7 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "TCP port to listen on")("name", po::value(&name),
                                "the host's identity in jobs (HOROVOD_HOSTNAME); default: hostname")(
       "slots", po::value(&slots)->default_value(0),
-      "ranks this node accepts per job; 0 = no limit (GPU jobs: one per free GPU group)")(
+      "ranks this node runs at once, for all jobs together (each rank holds one slot until it is gone); 0 = no limit (GPU jobs: one per free GPU group)")(
       "gpus", po::value(&gpus),
       "LIST|none|auto: this node's GPUs as CUDA device indices (e.g. 0,1,2,3); auto (or "
       "empty, the default): detected (NVML, else nvidia-smi -L)")(
@@ -183,6 +183,7 @@ int start_node(const node_options& o) {
   // (the sharing scheduler, as every caf-hvd process: actors/config.cpp)
   cfg.node->name = name;
   cfg.node->slots = static_cast<uint32_t>(o.slots);
+  cfg.node->jobs->set_capacity(static_cast<uint32_t>(o.slots));
   cfg.node->shim = shim_path();
   cfg.node->gpus = std::make_shared<gpu_pool>(o.inventory.devices);
   cfg.node->gpu_source = o.inventory.source;

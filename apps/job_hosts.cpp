@@ -140,8 +140,9 @@ void static_hosts(job_options& o, const po::variables_map& vm,
   if (!o.hosts.empty() && !o.hostfile.empty())
     throw usage_error("give the hosts with exactly one of -H/--hosts or --hostfile");
   if (o.hosts.empty() && o.hostfile.empty() && !alloc)
-    throw usage_error("give the hosts with -H/--hosts or --hostfile (or run inside a Slurm, "
-                      "PBS or LSF allocation)");
+    throw usage_error("give the hosts with -H/--hosts or --hostfile, or a cluster to place the "
+                      "ranks on with --cluster HOST[:PORT] or CAF_HVD_CLUSTER (or run inside a "
+                      "Slurm, PBS or LSF allocation)");
   try {
     if (alloc) {
       job.hosts = alloc->hosts;

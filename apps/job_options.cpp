@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/driver_util.hpp"
 #include "apps/job_options.hpp"
 #include "runtime/dashboard.hpp"
 #include "runtime/text.hpp"
@@ -77,6 +78,19 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
         "--launcher ssh: the ssh client to run")("srun-command",
                                                  po::value(&srun_command)->default_value("srun"),
                                                  "--launcher slurm: the srun to run");
+  if (with_hosts)
+    hosts_opts.add_options()(
+        "cluster", po::value(&cluster_at),
+        "HOST[:PORT]: with no -H/--hostfile (and outside an allocation), place the ranks on "
+        "free slots of the cluster whose table that agent holds (default: $CAF_HVD_CLUSTER); "
+        "the slots are the job's until its ranks there are gone")(
+        "placement", po::value(&placement)->default_value("pack"),
+        "--cluster: pack (as few nodes as possible) or spread (across nodes)")(
+        "node-label", po::value(&node_labels)->composing(),
+        "--cluster: KEY=VALUE a node must have to get ranks (repeatable)")(
+        "slot-wait", po::value(&slot_wait)->default_value(60),
+        "--cluster: seconds to wait for free slots (jobs are served in the order they asked), "
+        "then fail naming the shortfall");
   if (with_hosts)
     hosts_opts.add_options()("cluster-dir", po::value(&cluster),
                              "the cluster's credentials (see 'caf-hvd cluster init')")(
@@ -368,6 +382,51 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
       throw usage_error(e.what());
     }
   }
+  // Then $CAF_HVD_HOSTS/$CAF_HVD_HOSTFILE, then the cluster (--cluster, $CAF_HVD_CLUSTER).
+  std::optional<cluster_address> cluster;
+  std::string host_source;
+  if (!embedded && !elastic && o.hosts.empty() && o.hostfile.empty() && !alloc) {
+    const char* env_hosts = std::getenv("CAF_HVD_HOSTS");
+    const char* env_file = std::getenv("CAF_HVD_HOSTFILE");
+    if (env_hosts && *env_hosts) {
+      o.hosts = env_hosts;
+      host_source = "$CAF_HVD_HOSTS";
+    } else if (env_file && *env_file) {
+      o.hostfile = env_file;
+      host_source = "$CAF_HVD_HOSTFILE";
+    } else {
+      auto where = o.cluster_at;
+      host_source = "--cluster";
+      if (where.empty())
+        if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env) {
+          where = env;
+          host_source = "$CAF_HVD_CLUSTER";
+        }
+      if (!where.empty()) {
+        try {
+          cluster = parse_cluster_address(where, default_node_port);
+        } catch (const std::exception& e) {
+          throw usage_error(fmt::format("{} '{}': {}", host_source, where, e.what()));
+        }
+      }
+    }
+  } else if (!embedded && !elastic) {
+    host_source = alloc ? alloc->source : !o.hosts.empty() ? "-H" : "--hostfile";
+  }
+  if (vm.count("placement") && o.placement != "pack" && o.placement != "spread")
+    throw usage_error(fmt::format("--placement '{}': give pack or spread", o.placement));
+  if (!(o.slot_wait >= 0 && o.slot_wait <= 86400))
+    throw usage_error(fmt::format("--slot-wait {}: give seconds from 0 to 86400", o.slot_wait));
+  std::vector<std::string> node_labels;
+  try {
+    node_labels = parse_labels(o.node_labels);
+  } catch (const std::exception& e) {
+    std::string m = e.what(); // "--label 'X': ..." as the agent's option says it
+    throw usage_error(m.rfind("--label", 0) == 0 ? "--node-" + m.substr(2) : m);
+  }
+  if (!cluster && !o.cluster_at.empty() && (!o.hosts.empty() || !o.hostfile.empty() || alloc))
+    std::cerr << fmt::format("caf-hvd: the hosts come from {}; --cluster is not used\n",
+                             host_source);
   if (o.launcher == "slurm" && (!alloc || alloc->source.rfind("Slurm", 0) != 0))
     throw usage_error("--launcher slurm runs inside a Slurm allocation (salloc, sbatch): "
                       "SLURM_JOB_ID is not set");
@@ -399,9 +458,19 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
   } else if (elastic) {
     job.elastic = elastic_options(o, vm);
     o.np = job.elastic->min_np;
+  } else if (cluster) {
+    if (o.launcher != "none")
+      throw usage_error("--launcher starts agents on listed hosts; a cluster's agents run "
+                        "already");
+    job.job_id = make_job_id();
   } else {
     static_hosts(o, vm, alloc, job);
   }
+  if (!embedded && !elastic && vm.count("verbose"))
+    std::cerr << fmt::format("caf-hvd: the hosts come from {}\n",
+                             cluster ? fmt::format("the cluster at {}:{} ({})", cluster->host,
+                                                   cluster->port, host_source)
+                                     : host_source);
   job.np = o.np;
   job.command = o.command;
   job.extra_env = o.env;
@@ -446,6 +515,13 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
   r.dashboard = o.dashboard;
   r.dashboard_keep = o.dashboard_keep;
   r.dashboard_names = o.dashboard_names;
+  r.cluster = cluster;
+  r.place.job = r.job.job_id;
+  r.place.np = static_cast<uint32_t>(o.np);
+  r.place.spread = o.placement == "spread";
+  r.place.labels = node_labels;
+  r.place.hold_ms = static_cast<uint32_t>(o.start_timeout * 1000) + 10000;
+  r.slot_wait = o.slot_wait;
   return r;
 }
 

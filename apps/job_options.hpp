@@ -13,6 +13,7 @@
 #include "apps/cli.hpp"
 #include "runtime/allocation.hpp"
 #include "runtime/gpu.hpp"
+#include "runtime/membership.hpp"
 #include "runtime/ssh_launch.hpp"
 
 namespace cafhvd::cli {
@@ -29,6 +30,10 @@ struct job_request {
   std::string dashboard;                    // [ADDR:]PORT, "" = none
   std::vector<std::string> dashboard_names; // Host names it answers besides addresses
   double dashboard_keep = 0;
+  // driver --cluster: no host list; the cluster's table places the ranks
+  std::optional<cluster_address> cluster;
+  placement_request place;
+  double slot_wait = 60;
 };
 
 /// Parses the options of `caf-hvd run` (embedded) or `caf-hvd driver`; nullopt after
@@ -42,6 +47,10 @@ struct job_options {
   int np = 0;
   double start_timeout = 30, kill_grace = 5, link_timeout = liveness::default_seconds;
   std::string output_dir, hosts, hostfile, nics, cluster, torch_store = "auto";
+  // the cluster's table places the ranks (no host list)
+  std::string cluster_at, placement = "pack";
+  std::vector<std::string> node_labels;
+  double slot_wait = 60;
   std::vector<std::string> env;
   std::vector<std::string> command;
   // horovodrun's and torchrun's spellings

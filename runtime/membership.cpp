@@ -66,6 +66,87 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
 
 } // namespace
 
+void node_book::set_capacity(uint32_t slots) {
+  std::lock_guard g{m_};
+  capacity_ = slots;
+}
+
+uint32_t node_book::capacity() const {
+  std::lock_guard g{m_};
+  return capacity_;
+}
+
+void node_book::open(uint64_t colocator, job_summary job) {
+  std::lock_guard g{m_};
+  job.ranks = 0;
+  jobs_[colocator] = std::move(job);
+}
+
+void node_book::close(uint64_t colocator) {
+  std::lock_guard g{m_};
+  jobs_.erase(colocator);
+  for (auto it = held_.begin(); it != held_.end();)
+    if (it->second == colocator)
+      it = held_.erase(it);
+    else
+      ++it;
+}
+
+std::vector<uint32_t> node_book::take(uint64_t colocator, uint32_t n, std::string& why) {
+  std::lock_guard g{m_};
+  auto job = jobs_.find(colocator);
+  if (job == jobs_.end()) {
+    why = "the job is not open on this node";
+    return {};
+  }
+  if (capacity_ > 0 && held_.size() + n > capacity_) {
+    std::map<std::string, uint32_t> by_job;
+    for (auto& [index, owner] : held_)
+      if (auto it = jobs_.find(owner); it != jobs_.end())
+        ++by_job[it->second.job];
+    std::vector<std::string> holders;
+    for (auto& [id, count] : by_job)
+      holders.push_back(fmt::format("{} by job {}", count, id));
+    why = fmt::format("the node has {} slot{} for all jobs and {} {} held ({}); {} more do not "
+                      "fit",
+                      capacity_, capacity_ == 1 ? "" : "s", held_.size(),
+                      held_.size() == 1 ? "is" : "are", fmt::join(holders, ", "), n);
+    return {};
+  }
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; out.size() < n; ++i)
+    if (!held_.count(i)) {
+      held_[i] = colocator;
+      out.push_back(i);
+    }
+  job->second.ranks += n;
+  return out;
+}
+
+void node_book::give_back(uint64_t colocator, uint32_t index) {
+  std::lock_guard g{m_};
+  auto it = held_.find(index);
+  if (it == held_.end() || it->second != colocator)
+    return;
+  held_.erase(it);
+  if (auto j = jobs_.find(colocator); j != jobs_.end() && j->second.ranks > 0)
+    --j->second.ranks;
+}
+
+void node_book::set_gpus(uint64_t colocator, std::vector<int32_t> devices) {
+  std::lock_guard g{m_};
+  if (auto it = jobs_.find(colocator); it != jobs_.end())
+    it->second.gpus = std::move(devices);
+}
+
+std::vector<job_summary> node_book::snapshot() const {
+  std::lock_guard g{m_};
+  std::vector<job_summary> out;
+  for (auto& [id, j] : jobs_)
+    out.push_back(j);
+  return out;
+}
+
 std::vector<std::string> parse_labels(const std::vector<std::string>& given) {
   std::map<std::string, std::string> out;
   for (auto& l : given) {
@@ -188,6 +269,162 @@ cluster_view membership_table::view(int64_t now_ms) const {
 size_t membership_table::alive() const {
   return static_cast<size_t>(std::count_if(rows_.begin(), rows_.end(),
                                            [](auto& p) { return p.second.row.state == "alive"; }));
+}
+
+namespace {
+
+bool has_labels(const member_info& m, const std::vector<std::string>& wanted) {
+  return std::all_of(wanted.begin(), wanted.end(), [&](auto& l) {
+    return std::find(m.labels.begin(), m.labels.end(), l) != m.labels.end();
+  });
+}
+
+// What placement may give of a node: its --slots, else one slot per processor.
+uint32_t capacity_of(const member_info& m) { return m.slots ? m.slots : std::max(1u, m.cpus); }
+
+} // namespace
+
+void membership_table::settle(int64_t now_ms, int64_t forget_ms) {
+  // Held slots the agents now report as the job's, or whose hold ran out, are let go.
+  for (auto it = held_.begin(); it != held_.end();) {
+    auto& h = it->second;
+    for (auto n = h.slots.begin(); n != h.slots.end();) {
+      auto row = rows_.find(n->first);
+      bool reported = false;
+      if (row != rows_.end())
+        for (auto& j : row->second.row.info.jobs)
+          if (j.job == it->first && j.ranks >= n->second)
+            reported = true;
+      if (reported || row == rows_.end() || row->second.row.state != "alive")
+        n = h.slots.erase(n);
+      else
+        ++n;
+    }
+    if (h.slots.empty() || now_ms > h.until_ms)
+      it = held_.erase(it);
+    else
+      ++it;
+  }
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
+                              [&](auto& q) { return now_ms - q.last_ms > forget_ms; }),
+               queue_.end());
+}
+
+placement membership_table::place(const placement_request& r, int64_t now_ms, int64_t forget_ms) {
+  settle(now_ms, forget_ms);
+  placement p;
+  if (r.np == 0) {
+    p.error = "a job needs at least 1 rank";
+    return p;
+  }
+  if (auto it = held_.find(r.job); it != held_.end())
+    return it->second.answer; // asked again after it was placed: the same answer
+  // Free slots per matching node: capacity less what its agent reports and what is held
+  // for jobs placed but not running there yet.
+  struct cand {
+    std::string name;
+    const member_row* row;
+    uint32_t free;
+  };
+  std::vector<cand> nodes;
+  uint32_t capacity = 0, free = 0;
+  std::map<std::string, uint32_t> holders; // job -> slots it holds on matching nodes
+  for (auto& [name, e] : rows_) {
+    auto& m = e.row.info;
+    if (e.row.state != "alive" || m.draining || !has_labels(m, r.labels))
+      continue;
+    uint32_t used = 0;
+    for (auto& j : m.jobs) {
+      used += j.ranks;
+      holders[j.job] += j.ranks;
+    }
+    for (auto& [job, h] : held_)
+      if (auto n = h.slots.find(name); n != h.slots.end()) {
+        // held for it, less what its ranks there already hold (counted above)
+        uint32_t running = 0;
+        for (auto& j : m.jobs)
+          if (j.job == job)
+            running = j.ranks;
+        auto extra = n->second > running ? n->second - running : 0;
+        used += extra;
+        holders[job] += extra;
+      }
+    auto cap = capacity_of(m);
+    capacity += cap;
+    auto f = used >= cap ? 0 : cap - used;
+    free += f;
+    nodes.push_back({name, &e.row, f});
+  }
+  auto label_text = r.labels.empty() ? std::string{}
+                                     : fmt::format(" labelled {}", fmt::join(r.labels, ","));
+  if (nodes.empty()) {
+    p.error = fmt::format("the cluster has no live node{} to place on", label_text);
+    return p;
+  }
+  if (r.np > capacity) {
+    p.error = fmt::format("the cluster's live nodes{} have {} slot{} in all; -np {} cannot fit",
+                          label_text, capacity, capacity == 1 ? "" : "s", r.np);
+    return p;
+  }
+  // First come, first served: a job waits behind those that asked before it.
+  auto q = std::find_if(queue_.begin(), queue_.end(), [&](auto& a) { return a.job == r.job; });
+  if (q == queue_.end())
+    q = queue_.insert(queue_.end(), asked{r.job, now_ms});
+  q->last_ms = now_ms;
+  auto ahead = static_cast<size_t>(q - queue_.begin());
+  if (free < r.np || ahead > 0) {
+    std::vector<std::string> who;
+    for (auto& [job, n] : holders)
+      if (n > 0)
+        who.push_back(fmt::format("{} held by job {}", n, job));
+    p.waiting = true;
+    p.waiting_for = fmt::format("{} slot{}{}: {} free of {}{}{}", r.np, r.np == 1 ? "" : "s",
+                                label_text, free, capacity,
+                                who.empty() ? "" : ", " + fmt::format("{}", fmt::join(who, ", ")),
+                                ahead ? fmt::format(", {} job{} asked first", ahead,
+                                                    ahead == 1 ? "" : "s")
+                                      : "");
+    return p;
+  }
+  // Packed: the fullest-free nodes first, so the job spans as few as possible; spread:
+  // one rank per node in turn. Ties by name, so the same table gives the same answer.
+  std::sort(nodes.begin(), nodes.end(), [](auto& a, auto& b) {
+    return a.free != b.free ? a.free > b.free : a.name < b.name;
+  });
+  std::map<std::string, uint32_t> take;
+  uint32_t left = r.np;
+  if (r.spread) {
+    while (left > 0)
+      for (auto& n : nodes)
+        if (left > 0 && take[n.name] < n.free) {
+          ++take[n.name];
+          --left;
+        }
+  } else {
+    for (auto& n : nodes) {
+      auto k = std::min(left, n.free);
+      if (k)
+        take[n.name] = k;
+      left -= k;
+    }
+  }
+  held h;
+  h.until_ms = now_ms + r.hold_ms;
+  for (auto& n : nodes)
+    if (auto it = take.find(n.name); it != take.end() && it->second > 0) {
+      p.hosts.push_back({n.name, n.row->info.address, n.row->info.port, it->second, false});
+      h.slots[n.name] = it->second;
+    }
+  h.answer = p;
+  held_[r.job] = std::move(h);
+  queue_.erase(q);
+  return p;
+}
+
+void membership_table::release(const std::string& job) {
+  held_.erase(job);
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](auto& q) { return q.job == job; }),
+               queue_.end());
 }
 
 std::string render_status(const cluster_view& v) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,12 +26,37 @@ struct job_summary {
   int64_t since_ms = 0;      // Unix ms when its colocator started
 };
 
+/// A node agent's jobs and slots: its `--slots` is the node's capacity for all jobs
+/// together (0: not limited); each live worker holds one node-wide slot index, from its
+/// spawn until it is gone, whichever job it belongs to. Thread-safe.
+class node_book {
+public:
+  void set_capacity(uint32_t slots);
+  /// A job's colocator starts (its summary, ranks 0) or ends.
+  void open(uint64_t colocator, job_summary job);
+  void close(uint64_t colocator);
+  /// `n` slot indices for the colocator's new workers (the lowest free ones), or none and
+  /// why (which jobs hold the node's slots).
+  std::vector<uint32_t> take(uint64_t colocator, uint32_t n, std::string& why);
+  void give_back(uint64_t colocator, uint32_t index);
+  void set_gpus(uint64_t colocator, std::vector<int32_t> devices);
+  std::vector<job_summary> snapshot() const;
+  uint32_t capacity() const;
+
+private:
+  mutable std::mutex m_;
+  uint32_t capacity_ = 0;
+  std::map<uint64_t, job_summary> jobs_;       // by colocator
+  std::map<uint32_t, uint64_t> held_;          // slot index -> colocator
+};
+
 /// What an agent says about itself when it joins and in each update.
 struct member_info {
   std::string name;    // its --name (HOROVOD_HOSTNAME of its ranks)
   std::string address; // where drivers reach it
   uint16_t port = 0;
   uint32_t slots = 0; // its --slots (0: not limited)
+  uint32_t cpus = 0;  // its processors (placement's capacity when --slots is not given)
   std::vector<int32_t> gpus, gpus_free;
   std::vector<std::string> labels; // KEY=VALUE, sorted
   int64_t started_ms = 0;          // Unix ms when the agent started
@@ -68,6 +94,30 @@ struct cluster_address {
 /// Throws std::invalid_argument saying what is wrong.
 cluster_address parse_cluster_address(std::string_view text, uint16_t default_port);
 
+/// A driver asks the table for slots (`caf-hvd driver --cluster`).
+struct placement_request {
+  std::string job; // its id: the agents' reports name it once its ranks run
+  uint32_t np = 0;
+  bool spread = false;             // across nodes (default: packed on as few as possible)
+  std::vector<std::string> labels; // KEY=VALUE every chosen node must have
+  uint32_t hold_ms = 0; // how long the table holds the slots for the job before its ranks run
+};
+
+struct placed_host {
+  std::string name, address;
+  uint16_t port = 0;
+  uint32_t slots = 0;
+  bool holder = false; // the table's own agent: the driver reaches it where it reached the table
+};
+
+/// The table's answer: hosts, or that the job waits (and for what), or why never.
+struct placement {
+  std::string error; // the request cannot be met by this cluster (or is malformed)
+  bool waiting = false;
+  std::string waiting_for; // "3 slots: 5 free of 8, 3 held by job 7"
+  std::vector<placed_host> hosts;
+};
+
 class membership_table {
 public:
   /// An agent joins under `info.name`, proven by `holder` (its join ticket). Returns ""
@@ -86,7 +136,28 @@ public:
   cluster_view view(int64_t now_ms) const;
   size_t alive() const;
 
+  /// Places a job on free slots, or queues it: jobs are served in the order they first
+  /// asked, and a job asks again (the same request) until it is placed; one that has not
+  /// asked for `forget_ms` loses its place. A placed job's slots are held for it (no other
+  /// job gets them) until the agents report its ranks there or `hold_ms` passes.
+  placement place(const placement_request& r, int64_t now_ms, int64_t forget_ms = 5000);
+  /// The job's driver is gone: slots held for it are free (its agents free theirs).
+  void release(const std::string& job);
+
 private:
+  struct held {
+    std::map<std::string, uint32_t> slots; // node -> slots not yet reported by its agent
+    int64_t until_ms = 0;
+    placement answer;
+  };
+  std::map<std::string, held> held_; // by job
+  struct asked {
+    std::string job;
+    int64_t last_ms = 0;
+  };
+  std::vector<asked> queue_;
+  void settle(int64_t now_ms, int64_t forget_ms);
+
   struct entry {
     uint64_t member = 0;
     member_row row;

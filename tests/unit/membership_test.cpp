@@ -119,3 +119,95 @@ TEST_CASE("membership: labels and cluster addresses as the options take them") {
   CHECK_THROWS_AS(parse_cluster_address(":7070", 7070), std::invalid_argument);
   CHECK_THROWS_AS(parse_cluster_address("a b", 7070), std::invalid_argument);
 }
+
+namespace {
+
+member_info with_jobs(member_info m, std::vector<job_summary> jobs) {
+  m.jobs = std::move(jobs);
+  return m;
+}
+
+placement_request job(const std::string& id, uint32_t np, bool spread = false,
+                      std::vector<std::string> labels = {}) {
+  placement_request r;
+  r.job = id;
+  r.np = np;
+  r.spread = spread;
+  r.labels = std::move(labels);
+  r.hold_ms = 30000;
+  return r;
+}
+
+std::string where(const placement& p) {
+  std::string out;
+  for (auto& h : p.hosts)
+    out += (out.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);
+  return p.error.empty() ? p.waiting ? "waiting for " + p.waiting_for : out : "error: " + p.error;
+}
+
+} // namespace
+
+TEST_CASE("placement: packed or spread over free slots, held until the agents report the "
+          "ranks, first come first served") {
+  membership_table t;
+  auto b = node("hb", 2);
+  b.labels = {"zone=b"};
+  CHECK(t.join(1, node("ha", 2), cert("ha"), 0) == "");
+  CHECK(t.join(2, b, cert("hb"), 0) == "");
+  CHECK(t.join(3, node("hc", 4), cert("hc"), 0) == "");
+  CHECK(where(t.place(job("j1", 4), 1000)) == "hc:4"); // packed: the fewest nodes
+  CHECK(where(t.place(job("j1", 4), 1100)) == "hc:4"); // asked again: the same answer
+  // j1's slots are held before its agent reports them: j2 gets the others only
+  CHECK(where(t.place(job("j2", 3, true), 1200)) == "ha:2,hb:1");
+  CHECK(where(t.place(job("j3", 2), 1300))
+        == "waiting for 2 slots: 1 free of 8, 4 held by job j1, 3 held by job j2");
+  // j4 asks later and fits, but j3 asked first
+  CHECK(where(t.place(job("j4", 1), 1400))
+        == "waiting for 1 slot: 1 free of 8, 4 held by job j1, 3 held by job j2, 1 job asked "
+           "first");
+  // the agents report j1's ranks (the hold becomes theirs), then j1 ends: its slots are free
+  t.update(3, with_jobs(node("hc", 4), {{"j1", "alice", 4, {}, 1000}}), 1500);
+  CHECK(where(t.place(job("j3", 2), 1600)).find("4 held by job j1") != std::string::npos);
+  t.update(3, node("hc", 4), 2000);
+  CHECK(where(t.place(job("j3", 2), 2100)) == "hc:2");
+  CHECK(where(t.place(job("j4", 1), 2200)) == "hc:1");
+  // j2's driver is gone before its ranks ran: what was held for it is free again
+  t.release("j2");
+  CHECK(where(t.place(job("j5", 2, false, {"zone=b"}), 2300)) == "hb:2");
+  t.release("j5");
+  CHECK(where(t.place(job("j6", 3, false, {"zone=b"}), 2400))
+        == "error: the cluster's live nodes labelled zone=b have 2 slots in all; -np 3 cannot fit");
+  CHECK(where(t.place(job("j7", 1, false, {"zone=x"}), 2400))
+        == "error: the cluster has no live node labelled zone=x to place on");
+  // a job that stops asking loses its place in line
+  CHECK(where(t.place(job("j8", 8), 3000)).rfind("waiting for 8 slots", 0) == 0);
+  CHECK(where(t.place(job("j9", 1), 3100)).find("1 job asked first") != std::string::npos);
+  CHECK(where(t.place(job("j9", 1), 9000)) == "ha:1");
+  // holds run out if the job's ranks never show (its driver vanished before connecting)
+  CHECK(where(t.place(job("j10", 8), 9100)).rfind("waiting", 0) == 0);
+  CHECK(where(t.place(job("j10", 8), 9000 + 30000 + 200)).find("held by job j9") ==
+        std::string::npos);
+}
+
+TEST_CASE("node book: --slots counts every job's ranks on the node; each holds an index") {
+  node_book b;
+  b.set_capacity(3);
+  b.open(1, {"j1", "alice", 0, {}, 0});
+  b.open(2, {"j2", "bob", 0, {}, 0});
+  std::string why;
+  CHECK(b.take(1, 2, why) == std::vector<uint32_t>{0, 1});
+  CHECK(b.take(2, 2, why).empty());
+  CHECK(why == "the node has 3 slots for all jobs and 2 are held (2 by job j1); 2 more do not fit");
+  CHECK(b.take(2, 1, why) == std::vector<uint32_t>{2});
+  b.give_back(1, 0);
+  CHECK(b.take(2, 1, why) == std::vector<uint32_t>{0}); // the lowest free index
+  CHECK(b.snapshot()[0].ranks == 1);
+  CHECK(b.snapshot()[1].ranks == 2);
+  b.give_back(1, 2); // not j1's: nothing changes
+  CHECK(b.snapshot()[1].ranks == 2);
+  b.close(2); // j2's colocator ends: all its slots are free
+  CHECK(b.take(1, 2, why) == std::vector<uint32_t>{0, 2});
+  node_book unlimited;
+  unlimited.open(1, {"j1", "", 0, {}, 0});
+  CHECK(unlimited.take(1, 5, why).size() == 5);
+}
