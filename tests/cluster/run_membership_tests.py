@@ -200,6 +200,84 @@ class MembershipTest(unittest.TestCase):
         t = self.wait_for("host 2 back", self.all_alive(names))
         self.assertGreater(t[names[2]]["joined_ms"], t[names[1]]["joined_ms"] - 10_000)
 
+    def start_job(self, np, *options, marker, name="job"):
+        """A driver in host 0's namespace with no host list; its ranks print their host and
+        node-wide slot as they see them, then wait until `marker` exists."""
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
+             self.driver_dir, "--cluster", f"{self.head}:{PORT}", "-np", str(np), *options, "--",
+             "sh", "-c", f'echo "slot $HOROVOD_HOSTNAME $CAF_HVD_SLOT"; '
+                         f'while [ ! -e {marker} ]; do sleep 0.1; done; echo "{name} done"'],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(p)
+        return p
+
+    def slots_of(self, p, np):
+        """The (host, node-wide slot) each rank of `p` printed."""
+        got = set()
+        for _ in range(np):
+            line = p.stdout.readline()
+            self.assertIn("slot ", line, p.stderr.read() if p.poll() is not None else "")
+            host, slot = line.split("slot ", 1)[1].split()
+            self.assertEqual(slot.split(":")[0], host)  # CAF_HVD_SLOT names the rank's node
+            got.add((host, slot))
+        self.assertEqual(len(got), np, f"two ranks share a slot: {got}")
+        return got
+
+    def test_jobs_with_no_host_list_get_slots_of_their_own(self):
+        names = [x["name"] for x in self.h.hosts]
+        for i in range(3):
+            self.agent(i, "--slots", "2")
+        self.wait_for("three nodes alive", self.all_alive(names))
+        marks = [f"/tmp/caf-hvd-membership-{os.getpid()}-{k}" for k in "abcd"]
+        for m in marks:
+            self.addCleanup(lambda m=m: os.path.exists(m) and os.remove(m))
+        a = self.start_job(4, marker=marks[0], name="a")
+        a_slots = self.slots_of(a, 4)
+        b = self.start_job(2, "--placement", "spread", marker=marks[1], name="b")
+        b_slots = self.slots_of(b, 2)
+        everything = {(n, f"{n}:{k}") for n in names for k in range(2)}
+        self.assertEqual(a_slots | b_slots, everything)  # disjoint, and every slot used once
+        self.assertFalse(a_slots & b_slots)
+        # packed: a sits on two whole nodes; spread: b has one rank per node
+        self.assertEqual(len({h for h, _ in a_slots}), 2)
+        # an agent refuses an overlap whatever placed the job: -H onto a's full node
+        a_host = sorted({h for h, _ in a_slots})[0]
+        a_addr = next(x["good_addr"] for x in self.h.hosts if x["name"] == a_host)
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir, "-np",
+                                      "1", "-H", f"{a_addr}:{PORT}:1", "--", "true"])
+        self.assertNotEqual(rc, 0)
+        self.assertIn(f"node agent '{a_host}' cannot start 1 rank of this job: the node has 2 "
+                      "slots for all jobs and 2 are held (2 by job", err)
+        # a third job waits, says for what, and starts when a ends
+        c = self.start_job(2, "--slot-wait", "60", marker=marks[2], name="c")
+        line = c.stderr.readline()
+        self.assertRegex(line, r"caf-hvd: waiting for 2 slots: 0 free of 6, 4 held by job \S+, "
+                               r"2 held by job \S+")
+        time.sleep(1)
+        self.assertIsNone(c.poll())
+        open(marks[0], "w").close()
+        out, err = a.communicate(timeout=60)
+        self.assertEqual(a.returncode, 0, err)
+        c_slots = self.slots_of(c, 2)
+        self.assertFalse(c_slots & b_slots)
+        # b's driver is SIGKILLed: its slots come back (its agents stop its ranks)
+        os.killpg(b.pid, 9)
+        b.wait()
+        d = self.start_job(4, "--slot-wait", "30", marker=marks[3], name="d")
+        d_slots = self.slots_of(d, 4)
+        self.assertEqual(d_slots | c_slots, everything)
+        for m in marks:
+            open(m, "w").close()
+        for p in (c, d):
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+        # one that cannot ever fit is told at once; one that waits too long is told why
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
+                                      "--cluster", f"{self.head}:{PORT}", "-np", "7", "--", "true"])
+        self.assertEqual(rc, 1)
+        self.assertIn("the cluster's live nodes have 6 slots in all; -np 7 cannot fit", err)
+
     def test_joins_that_must_not_happen_are_refused_with_one_line_and_exit_1(self):
         names = [x["name"] for x in self.h.hosts]
         self.agent(0)
