@@ -3,7 +3,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <map>
+#include <random>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -300,10 +302,22 @@ struct joiner_state {
   int64_t sent_ms = 0;
   int64_t conflict_since = 0; // the name was held by a live agent since
   std::string last_problem;   // said once until it changes
+  int attempts = 0;           // failed tries since the last join (the backoff's exponent)
   static inline const char* name = "cluster-joiner";
 };
 
 using joiner_ptr = caf::stateful_actor<joiner_state>*;
+
+// The wait before the next try: 0.25 s doubling up to 4 s, each drawn at random from its
+// upper half. Agents that start together (a cluster's reboot) or lose the table together
+// spread their tries instead of handshaking with the holder in one herd, which on a small
+// machine starved the holder until every handshake timed out and every agent tried again.
+std::chrono::milliseconds retry_delay(int attempts) {
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  int ceiling = std::min(4000, 250 << std::min(attempts, 4));
+  return std::chrono::milliseconds(
+      std::uniform_int_distribution<int>{ceiling / 2, ceiling}(rng));
+}
 
 void give_up(joiner_ptr self, const std::string& why) {
   auto& n = settings_of(self->system());
@@ -320,11 +334,10 @@ void retry(joiner_ptr self, const std::string& why, bool definite) {
     return give_up(self, why);
   if (why != st.last_problem) {
     say(settings_of(self->system()),
-        fmt::format("cannot join the cluster at {} ({}); trying again every second", st.target,
-                    why));
+        fmt::format("cannot join the cluster at {} ({}); trying again", st.target, why));
     st.last_problem = why;
   }
-  self->delayed_send(self, std::chrono::seconds(1), deadline_atom::value, uint64_t{1});
+  self->delayed_send(self, retry_delay(st.attempts++), deadline_atom::value, uint64_t{1});
 }
 
 void try_join(joiner_ptr self) {
@@ -380,6 +393,7 @@ void try_join(joiner_ptr self) {
                         return retry(self, "refused: " + why, definite);
                       }
                       st.conflict_since = 0;
+                      st.attempts = 0;
                       st.connecting = false;
                       st.joined = true;
                       st.table = table;
@@ -399,10 +413,14 @@ void try_join(joiner_ptr self) {
           [self](caf::error& e) {
             auto& st = self->state;
             auto why = connect_error(self->system(), e, st.tls, fmt::format("{}:{}", st.host, st.port));
-            // Nobody listening (yet) or no route is worth waiting for; a peer that is not an
-            // agent of this cluster is not.
-            bool definite = !(e == caf::sec::cannot_connect_to_node
-                              || e == caf::sec::request_timeout);
+            // Only a peer that is surely not an agent of this cluster ends a first join:
+            // nobody listening (yet), no route, a busy agent's slow handshake are waited
+            // for.
+            bool definite =
+                (st.tls
+                 && !net::module().tls_failure_for(fmt::format("{}:{}", st.host, st.port)).empty())
+                || e == caf::sec::disconnect_during_handshake
+                || e == caf::sec::incompatible_application_ids;
             retry(self, why, definite);
           });
 }
@@ -427,7 +445,8 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
         return;
       say(settings_of(self->system()),
           fmt::format("lost the cluster's table at {}; joining again", st.target));
-      try_join(self);
+      // every member lost it at once: the first tries spread over a quarter second
+      self->delayed_send(self, retry_delay(0) / 2, deadline_atom::value, uint64_t{1});
     });
     self->send(self, deadline_atom::value, uint64_t{1});
     self->send(self, deadline_atom::value, uint64_t{2});

@@ -107,6 +107,7 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
       ticket = net::module().sign_ticket(*creds,
                                          ticket_body("place", to_string(nid), r.place.job, unix_s()));
     placement p;
+    auto asked = std::chrono::steady_clock::now();
     self->request(table, std::chrono::seconds(10), place_atom::value, r.place, ticket)
         .receive([&](placement& got) { p = std::move(got); },
                  [&](caf::error& e) {
@@ -125,7 +126,10 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
         parts.push_back(fmt::format("{} ({}:{}) {}", h.name, address, h.port, h.slots));
       }
       if (job.verbose || !said.empty())
-        std::cerr << fmt::format("caf-hvd: placed on {}\n", fmt::join(parts, ", "));
+        std::cerr << fmt::format(
+            "caf-hvd: placed on {} (the table answered in {:.1f} ms)\n", fmt::join(parts, ", "),
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - asked)
+                .count());
       return {};
     }
     if (std::chrono::steady_clock::now() >= deadline)
