@@ -275,6 +275,40 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           }
           return p;
         },
+        [self, node_id, refresh_self](discover_atom, std::string& job,
+                                      std::vector<std::string>& labels,
+                                      signed_ticket& ticket) -> placement {
+          auto& st = self->state;
+          auto& n = settings_of(self->system());
+          placement p;
+          if (!st.join_target.empty()) {
+            p.error = fmt::format("the agent '{}' holds no table: it joined the cluster at {}",
+                                  n.name, st.join_target);
+            return p;
+          }
+          if (n.creds) {
+            try {
+              auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::driver,
+                                                       "discover", node_id);
+              if (holder.subject != job)
+                throw credentials_error("it names another job");
+            } catch (const std::exception& e) {
+              p.error = fmt::format("the agent refused the request: {}", e.what());
+              return p;
+            }
+          }
+          try {
+            labels = parse_labels(labels);
+          } catch (const std::exception& e) {
+            p.error = e.what();
+            return p;
+          }
+          refresh_self();
+          p.hosts = st.table.available(job, labels, unix_ms());
+          for (auto& h : p.hosts)
+            h.holder = h.name == n.name;
+          return p;
+        },
         [self, refresh_self](deadline_atom, uint64_t) {
           refresh_self();
           self->state.table.expire(unix_ms(), keep_gone_ms);

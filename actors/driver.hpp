@@ -23,6 +23,10 @@ namespace cafhvd {
 struct elastic_config {
   std::string discovery_script;
   std::string shim; // caf-hvd-exec, which runs the script in its own process group
+  // Or the cluster's table (driver --cluster with --min-np/--max-np and no script): the
+  // hosts are its live members with slots this job may use, asked every interval.
+  std::optional<cluster_address> cluster;
+  std::vector<std::string> cluster_labels; // --node-label
   int min_np = 1;
   std::optional<int> max_np;
   std::optional<uint32_t> slots_per_host;

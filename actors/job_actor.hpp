@@ -208,6 +208,8 @@ private:
   // of the links already up (at 128 agents they timed out) without finishing sooner.
   static constexpr size_t connect_window = 8;
   void run_discovery();
+  void discover_from_cluster();
+  std::string discovery_name() const;
   void on_discovered(bool ok, const std::string& text);
   void connect_host(const std::string& ep);
   static elastic_config fixed_policy(const job_config& job);

@@ -6,7 +6,66 @@
 
 namespace cafhvd::driver_impl {
 
+// Where an elastic job's hosts come from, for messages.
+std::string job::discovery_name() const {
+  return ec_.cluster ? fmt::format("the cluster's table at {}:{}", ec_.cluster->host,
+                                   ec_.cluster->port)
+                     : fmt::format("host discovery script {}", ec_.discovery_script);
+}
+
+// The cluster's live members and the slots this job may use there, as a discovery
+// script's lines (the table's own agent at the address the driver reaches the table).
+void job::discover_from_cluster() {
+  discovering_ = true;
+  auto& where = *ec_.cluster;
+  auto peer = fmt::format("{}:{}", where.host, where.port);
+  auto mm = net::module().connector(system(), job_.tls);
+  request(mm, std::chrono::seconds(10), caf::connect_atom::value, where.host, where.port)
+      .then(
+          [this, peer](caf::node_id& nid, caf::strong_actor_ptr& published,
+                       std::set<std::string>&) {
+            auto table = caf::actor_cast<cluster_actor>(published);
+            if (!table)
+              return on_discovered(false, "could not find a cluster table there");
+            signed_ticket ticket;
+            if (job_.creds) {
+              try {
+                ticket = net::module().sign_ticket(
+                    *job_.creds,
+                    ticket_body("discover", to_string(nid), job_id_,
+                                static_cast<long>(
+                                    std::chrono::duration_cast<std::chrono::seconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count())));
+              } catch (const std::exception& e) {
+                return on_discovered(false, fmt::format("could not sign a ticket: {}", e.what()));
+              }
+            }
+            request(table, std::chrono::seconds(10), discover_atom::value, job_id_,
+                    ec_.cluster_labels, std::move(ticket))
+                .then(
+                    [this](placement& p) {
+                      if (!p.error.empty())
+                        return on_discovered(false, "could not list its nodes: " + p.error);
+                      std::string text;
+                      for (auto& h : p.hosts)
+                        text += fmt::format("{}:{}:{}\n",
+                                            h.holder ? ec_.cluster->host : h.address, h.port,
+                                            h.slots);
+                      on_discovered(true, text);
+                    },
+                    [this](caf::error& e) {
+                      on_discovered(false, "could not list its nodes: " + describe(e));
+                    });
+          },
+          [this, peer](caf::error& e) {
+            on_discovered(false, "could not reach it: " + connect_error(e, peer));
+          });
+}
+
 void job::run_discovery() {
+  if (!done_ && !discovering_ && ec_.cluster)
+    return discover_from_cluster();
   // Without a script (tests on the test coordinator), discovery results arrive as
   // messages.
   if (done_ || discovering_ || ec_.discovery_script.empty())
@@ -37,11 +96,9 @@ void job::on_discovered(bool ok, const std::string& text) {
   }
   if (!error.empty()) {
     if (first)
-      return fail(fmt::format("host discovery script {} failed on its first call: {}",
-                              ec_.discovery_script, error));
-    say("warning: host discovery script {} failed (keeping the last host set, trying again in "
-        "{} s): {}",
-        ec_.discovery_script, ec_.discovery_interval.count() / 1000.0, error);
+      return fail(fmt::format("{} failed on its first call: {}", discovery_name(), error));
+    say("warning: {} failed (keeping the last host set, trying again in {} s): {}",
+        discovery_name(), ec_.discovery_interval.count() / 1000.0, error);
     delayed_send(this, ec_.discovery_interval, discover_atom::value);
     return;
   }

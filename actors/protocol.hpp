@@ -506,6 +506,10 @@ using cluster_actor = caf::typed_actor<
     // asks again, once a second, until it is placed. The table monitors the asking actor,
     // which lives as long as the driver: its end frees what the table held for the job
     caf::replies_to<place_atom, placement_request, signed_ticket>::with<placement>,
+    // an elastic job's discovery (job id, labels; driver ticket: purpose "discover",
+    // subject the job id): the live nodes and the slots it may use there
+    caf::replies_to<discover_atom, std::string, std::vector<std::string>,
+                    signed_ticket>::with<placement>,
     caf::reacts_to<deadline_atom, uint64_t>>; // its own timer
 
 /// Names under which node agents offer actors for remote spawn.

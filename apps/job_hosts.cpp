@@ -36,22 +36,26 @@ bool np_given(const po::variables_map& vm) {
   return false;
 }
 
-elastic_config elastic_options(const job_options& o, const po::variables_map& vm) {
+elastic_config elastic_options(const job_options& o, const po::variables_map& vm,
+                               bool from_cluster) {
   elastic_config ec;
   if (!o.hosts.empty() || !o.hostfile.empty())
     throw usage_error("--host-discovery-script replaces -H/--hostfile: list the hosts from the "
                       "script");
   ec.discovery_script = o.discovery_script;
   ec.shim = shim_path();
-  struct stat st {};
-  if (::stat(ec.discovery_script.c_str(), &st) != 0)
-    throw usage_error(
-        fmt::format("--host-discovery-script {}: {}", ec.discovery_script, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0
-      || ::access(ec.discovery_script.c_str(), X_OK) != 0)
-    throw usage_error(fmt::format("--host-discovery-script {}: not an executable file (chmod +x "
-                                  "it, and start it with #!/bin/sh or similar)",
-                                  ec.discovery_script));
+  // The cluster's table lists the hosts (from_cluster): no script to check.
+  if (!from_cluster) {
+    struct stat st {};
+    if (::stat(ec.discovery_script.c_str(), &st) != 0)
+      throw usage_error(
+          fmt::format("--host-discovery-script {}: {}", ec.discovery_script, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0
+        || ::access(ec.discovery_script.c_str(), X_OK) != 0)
+      throw usage_error(fmt::format("--host-discovery-script {}: not an executable file (chmod +x "
+                                    "it, and start it with #!/bin/sh or similar)",
+                                    ec.discovery_script));
+  }
   ec.min_np = vm.count("min-np") ? o.min_np : np_given(vm) ? o.np : 1;
   if (ec.min_np < 1)
     throw usage_error(fmt::format("--min-np {}: need at least 1 rank", ec.min_np));

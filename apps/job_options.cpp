@@ -16,6 +16,7 @@
 #include "actors/driver_util.hpp"
 #include "apps/job_options.hpp"
 #include "runtime/dashboard.hpp"
+#include "runtime/nic.hpp"
 #include "runtime/text.hpp"
 #include "runtime/env.hpp"
 
@@ -367,11 +368,22 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
     throw usage_error("--executor-max-frame-mb must be between 0 and 4095");
   job.max_frame = static_cast<uint64_t>(o.max_frame_mb * 1024 * 1024);
   bool elastic = vm.count("host-discovery-script") > 0;
+  // An elastic job may follow the cluster's table instead of a script: --cluster (or
+  // $CAF_HVD_CLUSTER) with no host list and --min-np or --max-np.
+  std::string elastic_cluster;
+  if (!embedded && !elastic && o.hosts.empty() && o.hostfile.empty()
+      && (vm.count("min-np") || vm.count("max-np"))) {
+    elastic_cluster = o.cluster_at;
+    if (elastic_cluster.empty())
+      if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
+        elastic_cluster = env;
+    elastic = !elastic_cluster.empty();
+  }
   for (auto flag : {"min-np", "max-np", "slots-per-host", "elastic-timeout", "reset-limit",
                     "blacklist-cooldown-range", "cold-joins"})
     if (!elastic && vm.count(flag))
       throw usage_error(fmt::format("--{} belongs to elastic jobs: give --host-discovery-script "
-                                    "too",
+                                    "too (or --cluster, whose live nodes are then the hosts)",
                                     flag));
   // Inside a batch allocation and without -H/--hostfile, the allocation gives the hosts.
   std::optional<allocation> alloc;
@@ -456,8 +468,26 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
       o.np = local_slots(o, np_given(vm) ? std::optional<int>{o.np} : std::nullopt);
     job.hosts = {host_spec{"localhost", 0, static_cast<uint32_t>(o.np)}};
   } else if (elastic) {
-    job.elastic = elastic_options(o, vm);
+    job.elastic = elastic_options(o, vm, !elastic_cluster.empty());
     o.np = job.elastic->min_np;
+    if (!elastic_cluster.empty()) {
+      cluster_address a;
+      try {
+        a = parse_cluster_address(elastic_cluster, default_node_port);
+      } catch (const std::exception& e) {
+        throw usage_error(fmt::format("--cluster '{}': {}", elastic_cluster, e.what()));
+      }
+      std::string error;
+      auto ip = resolve_ipv4(a.host, &error);
+      if (!ip)
+        throw usage_error(fmt::format("--cluster '{}': cannot resolve '{}': {}", elastic_cluster,
+                                      a.host, error));
+      a.host = *ip;
+      job.elastic->cluster = a;
+      job.elastic->cluster_labels = node_labels;
+      job.job_id = make_job_id();
+      host_source = fmt::format("the cluster at {}:{} (elastic: its live nodes)", a.host, a.port);
+    }
   } else if (cluster) {
     if (o.launcher != "none")
       throw usage_error("--launcher starts agents on listed hosts; a cluster's agents run "
@@ -466,7 +496,7 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
   } else {
     static_hosts(o, vm, alloc, job);
   }
-  if (!embedded && !elastic && vm.count("verbose"))
+  if (!embedded && (!elastic || job.elastic->cluster) && vm.count("verbose"))
     std::cerr << fmt::format("caf-hvd: the hosts come from {}\n",
                              cluster ? fmt::format("the cluster at {}:{} ({})", cluster->host,
                                                    cluster->port, host_source)

@@ -88,7 +88,9 @@ struct job_options {
 bool np_given(const po::variables_map& vm);
 
 /// Validates the elastic flags (horovodrun's names and rules, with clearer errors).
-elastic_config elastic_options(const job_options& o, const po::variables_map& vm);
+/// `from_cluster`: the hosts come from the cluster's table, not a script.
+elastic_config elastic_options(const job_options& o, const po::variables_map& vm,
+                               bool from_cluster = false);
 
 /// `caf-hvd run -H localhost:4` or a hostfile: every host must be this machine; the
 /// ranks are at most (and by default) the slots given.

@@ -421,6 +421,35 @@ placement membership_table::place(const placement_request& r, int64_t now_ms, in
   return p;
 }
 
+std::vector<placed_host> membership_table::available(const std::string& job,
+                                                     const std::vector<std::string>& labels,
+                                                     int64_t now_ms) {
+  settle(now_ms, 5000);
+  std::vector<placed_host> out;
+  for (auto& [name, e] : rows_) {
+    auto& m = e.row.info;
+    if (e.row.state != "alive" || m.draining || !has_labels(m, labels))
+      continue;
+    uint32_t others = 0;
+    for (auto& j : m.jobs)
+      if (j.job != job)
+        others += j.ranks;
+    for (auto& [held_job, h] : held_)
+      if (held_job != job)
+        if (auto n = h.slots.find(name); n != h.slots.end()) {
+          uint32_t running = 0;
+          for (auto& j : m.jobs)
+            if (j.job == held_job)
+              running = j.ranks;
+          others += n->second > running ? n->second - running : 0;
+        }
+    auto cap = capacity_of(m);
+    if (others < cap)
+      out.push_back({name, m.address, m.port, cap - others, false});
+  }
+  return out;
+}
+
 void membership_table::release(const std::string& job) {
   held_.erase(job);
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](auto& q) { return q.job == job; }),

@@ -143,6 +143,11 @@ public:
   placement place(const placement_request& r, int64_t now_ms, int64_t forget_ms = 5000);
   /// The job's driver is gone: slots held for it are free (its agents free theirs).
   void release(const std::string& job);
+  /// An elastic job's discovery: every live node (with `labels`, not draining) and the
+  /// slots `job` may use there (capacity less other jobs' ranks and holds), those with
+  /// none left out.
+  std::vector<placed_host> available(const std::string& job,
+                                     const std::vector<std::string>& labels, int64_t now_ms);
 
 private:
   struct held {

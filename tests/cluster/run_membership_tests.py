@@ -6,6 +6,7 @@ run as root. Prints 'N passed, N failed'."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ import netns  # noqa: E402
 from harness import leftover_ranks, rank_lines, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
+ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 WHY_NOT = netns.available()
 PORT = 24780
 CLUSTER = os.environ["CAF_HVD_CLUSTER_DIR"]
@@ -277,6 +279,50 @@ class MembershipTest(unittest.TestCase):
                                       "--cluster", f"{self.head}:{PORT}", "-np", "7", "--", "true"])
         self.assertEqual(rc, 1)
         self.assertIn("the cluster's live nodes have 6 slots in all; -np 7 cannot fit", err)
+
+    def test_an_elastic_job_follows_the_cluster_a_joining_agent_adds_a_host(self):
+        """An elastic job with --cluster and no discovery script: its hosts are the
+        cluster's live nodes. A third agent joins mid-job: the job grows to it; an agent is
+        SIGKILLed: the job goes on without it; no step is lost (the checksum)."""
+        names = [x["name"] for x in self.h.hosts]
+        self.agent(0, "--slots", "1")
+        victim = self.agent(1, "--slots", "1")
+        self.wait_for("two nodes alive", self.all_alive(names[:2]))
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
+             self.driver_dir, "--cluster", f"{self.head}:{PORT}", "--min-np", "2",
+             "--discovery-interval", "0.2", "--", ALLREDUCE, "--elastic", "--steps", "300",
+             "--step-ms", "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(p)
+        seen = []
+
+        def until(pattern, timeout=60):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                seen.append(line)
+                if re.search(pattern, line):
+                    return
+            raise AssertionError(f"no {pattern!r}:\n{''.join(seen)[-2000:]}")
+
+        until(r"step 10 size 2 ")
+        self.agent(2, "--slots", "1")  # joins the cluster, so the job's next discovery has it
+        until(r"step \d+ size 3 ")
+        os.killpg(victim.pid, 9)
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)
+            out, err = p.communicate()
+            raise AssertionError(f"the elastic job did not finish:\n{err[-3000:]}")
+        text = "".join(seen) + out
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("elastic run done: 300 steps, checksum 45150", text)
+        self.assertRegex(err, rf"generation 2: 3 ranks on .*\(added {names[2]}\)")
+        self.assertRegex(err, rf"generation \d+: 2 ranks on .*\(removed {names[1]}\)")
 
     def test_joins_that_must_not_happen_are_refused_with_one_line_and_exit_1(self):
         names = [x["name"] for x in self.h.hosts]
