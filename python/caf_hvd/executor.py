@@ -326,8 +326,17 @@ def _pickled(what, obj):
         raise TypeError(f"{what} cannot be pickled: {type(e).__name__}: {e}") from e
 
 
+def _cluster(hosts, hostfile, cluster):
+    """The cluster whose table places the ranks: `cluster` if given, else
+    $CAF_HVD_CLUSTER, when no hosts are given (given hosts always win), as Ray's
+    ray.init(address="auto") finds a running cluster."""
+    if hosts or hostfile:
+        return None
+    return cluster or os.environ.get("CAF_HVD_CLUSTER") or None
+
+
 def _common_args(*, hosts, hostfile, cluster_dir, insecure, start_timeout,
-                 network_interface, verbose, extra_env_vars, cpus_per_worker):
+                 network_interface, verbose, extra_env_vars, cpus_per_worker, cluster=None):
     args = ["--start-timeout", str(start_timeout), "--quiet"]
     if verbose:
         args.append("--verbose")
@@ -335,6 +344,8 @@ def _common_args(*, hosts, hostfile, cluster_dir, insecure, start_timeout,
         args += ["-H", hosts if isinstance(hosts, str) else ",".join(hosts)]
     if hostfile:
         args += ["--hostfile", hostfile]
+    if cluster:
+        args += ["--cluster", cluster]
     if cluster_dir:
         args += ["--cluster-dir", cluster_dir]
     if insecure:
@@ -372,7 +383,7 @@ class Executor:
                  cpus_per_worker=1, use_gpu=False, gpus_per_worker=None, hosts=None,
                  hostfile=None, cluster_dir=None, insecure=False, start_timeout=30,
                  network_interface=None, *, verbose=False, python=None, caf_hvd=None,
-                 extra_args=()):
+                 extra_args=(), cluster=None):
         gpus = gpus_per_worker if gpus_per_worker is not None else (1 if use_gpu else 0)
         if not isinstance(gpus, int) or gpus < 0:
             raise ValueError(f"gpus_per_worker must be a non-negative integer, not {gpus!r}")
@@ -387,10 +398,12 @@ class Executor:
         if start_timeout <= 0:
             raise ValueError("start_timeout must be positive")
         self.num_workers = num_workers
-        self._remote = bool(hosts or hostfile)
+        cluster = _cluster(hosts, hostfile, cluster)
+        self._remote = bool(hosts or hostfile or cluster)
         self._opts = dict(hosts=hosts, hostfile=hostfile, cluster_dir=cluster_dir,
                           insecure=insecure, start_timeout=start_timeout,
-                          network_interface=network_interface, verbose=verbose)
+                          network_interface=network_interface, verbose=verbose,
+                          cluster=cluster)
         self._cpus = cpus_per_worker
         self._gpus = gpus
         self._start_timeout = start_timeout
@@ -524,25 +537,32 @@ class Executor:
 
 
 class ElasticExecutor:
-    """horovod.ray.ElasticRayExecutor on caf-hvd: hosts come from a discovery script; the
-    worker function runs on every rank of each generation (with hvd.elastic's state
-    handling inside it), and the values of the final generation's ranks are returned."""
+    """horovod.ray.ElasticRayExecutor on caf-hvd: hosts come from a discovery script, or
+    from a cluster's table (its live nodes: `cluster`, else $CAF_HVD_CLUSTER); the worker
+    function runs on every rank of each generation (with hvd.elastic's state handling
+    inside it), and the values of the final generation's ranks are returned."""
 
     def __init__(self, min_workers=1, max_workers=None, discovery_script=None,
                  reset_limit=None, cooldown_range=None, elastic_timeout=600, cluster_dir=None,
                  insecure=False, start_timeout=30, network_interface=None, cpus_per_worker=1,
                  slots_per_host=None, discovery_interval=1, use_gpu=False, gpus_per_worker=None,
-                 *, verbose=False, python=None, caf_hvd=None, extra_args=()):
-        if not discovery_script:
+                 *, verbose=False, python=None, caf_hvd=None, extra_args=(), cluster=None):
+        cluster = None if discovery_script else (cluster or
+                                                  os.environ.get("CAF_HVD_CLUSTER") or None)
+        if not discovery_script and not cluster:
             raise ValueError("discovery_script is required: an executable that prints the "
-                             "available hosts, one HOST:PORT:SLOTS per line")
+                             "available hosts, one HOST:PORT:SLOTS per line (or a cluster "
+                             "whose live nodes are the hosts: cluster=HOST[:PORT] or "
+                             "CAF_HVD_CLUSTER)")
         if min_workers < 1:
             raise ValueError("min_workers must be at least 1")
         if max_workers is not None and max_workers < min_workers:
             raise ValueError(f"max_workers {max_workers} is below min_workers {min_workers}")
-        self._flags = ["--host-discovery-script", discovery_script, "--min-np", str(min_workers),
-                       "--elastic-timeout", str(elastic_timeout),
-                       "--discovery-interval", str(discovery_interval)]
+        where = ["--host-discovery-script", discovery_script] if discovery_script else \
+            ["--cluster", cluster]
+        self._flags = where + ["--min-np", str(min_workers),
+                               "--elastic-timeout", str(elastic_timeout),
+                               "--discovery-interval", str(discovery_interval)]
         if max_workers is not None:
             self._flags += ["--max-np", str(max_workers)]
         if reset_limit is not None:

@@ -17,7 +17,9 @@ class RaySettings:
     """What RayExecutor.create_settings returns. Ray's fields (timeout_s,
     ssh_identity_file, placement_group_timeout_s, nics, verbose) and where the hosts come
     from: this machine (none given), `hosts` (as `-H` takes them), `hostfile`, a
-    `discovery_script` (elastic), and the node agents' `cluster_dir`/`insecure`."""
+    `discovery_script` (elastic), a `cluster` whose table places the ranks (default:
+    $CAF_HVD_CLUSTER when no hosts are given), and the node agents'
+    `cluster_dir`/`insecure`."""
 
     timeout_s: int = 30
     ssh_identity_file: str = None
@@ -30,6 +32,7 @@ class RaySettings:
     discovery_interval: float = 1
     slots_per_host: int = None
     cluster_dir: str = None
+    cluster: str = None
     insecure: bool = False
     launcher: str = None
     elastic: bool = False
@@ -37,7 +40,7 @@ class RaySettings:
 
 
 _HOST_KEYS = ("hosts", "hostfile", "discovery_script", "discovery_interval", "slots_per_host",
-              "cluster_dir", "insecure", "launcher")
+              "cluster_dir", "insecure", "launcher", "cluster")
 
 
 def _positive(name, value, allow_none=True):
@@ -55,7 +58,8 @@ class RayExecutor:
     def create_settings(cls, timeout_s=30, ssh_identity_file=None, ssh_str=None,
                         placement_group_timeout_s=100, nics=None, *, verbose=1, hosts=None,
                         hostfile=None, discovery_script=None, discovery_interval=1,
-                        slots_per_host=None, cluster_dir=None, insecure=False, launcher=None):
+                        slots_per_host=None, cluster_dir=None, insecure=False, launcher=None,
+                        cluster=None):
         """timeout_s: the Gloo timeout of the ranks (HOROVOD_GLOO_TIMEOUT_SECONDS);
         placement_group_timeout_s: seconds for every rank to be placed and started
         (--start-timeout); nics: the interfaces between hosts (--network-interface);
@@ -85,7 +89,8 @@ class RayExecutor:
                            verbose=verbose, hosts=hosts, hostfile=hostfile,
                            discovery_script=discovery_script,
                            discovery_interval=discovery_interval, slots_per_host=slots_per_host,
-                           cluster_dir=cluster_dir, insecure=insecure, launcher=launcher)
+                           cluster_dir=cluster_dir, insecure=insecure, launcher=launcher,
+                           cluster=cluster)
 
     def __init__(self, settings, num_workers=None, num_hosts=None, num_workers_per_host=1,
                  cpus_per_worker=1, use_gpu=False, gpus_per_worker=None,
@@ -140,6 +145,11 @@ class RayExecutor:
             # an unchanged program runs over node agents when its environment says where
             self._where["hosts"] = os.environ.get("CAF_HVD_HOSTS") or None
             self._where["hostfile"] = os.environ.get("CAF_HVD_HOSTFILE") or None
+        if any(self._where.get(k) for k in ("hosts", "hostfile", "discovery_script")):
+            self._where["cluster"] = None  # given hosts always win over a cluster
+        else:
+            self._where["cluster"] = self._where.get("cluster") or \
+                os.environ.get("CAF_HVD_CLUSTER") or None
         self.elastic = min_workers is not None
         try:
             settings.elastic = self.elastic  # horovod.ray marks its settings so
@@ -214,7 +224,8 @@ class RayExecutor:
                       hosts=w.get("hosts"), hostfile=w.get("hostfile"),
                       cluster_dir=w.get("cluster_dir"), insecure=bool(w.get("insecure")),
                       start_timeout=self._start_timeout(), network_interface=self._nics(),
-                      python=self._python, caf_hvd=self._binary, extra_args=self._flags())
+                      python=self._python, caf_hvd=self._binary, extra_args=self._flags(),
+                      cluster=w.get("cluster"))
         ex.start(executable_cls=executable_cls, executable_args=executable_args,
                  executable_kwargs=executable_kwargs, extra_env_vars=extra_env_vars)
         self._static = ex
@@ -225,6 +236,8 @@ class RayExecutor:
         w = self._where
         if w.get("discovery_script"):
             return w["discovery_script"]
+        if w.get("cluster"):
+            return None  # the cluster's table lists the hosts
         lines = []
         if w.get("hosts"):
             hosts = w["hosts"]
@@ -242,8 +255,9 @@ class RayExecutor:
             raise ValueError(
                 "an elastic RayExecutor (min_workers) needs hosts whose agents run: "
                 "discovery_script=PATH (an executable printing HOST:PORT:SLOTS lines), or "
-                "hosts=/hostfile= of running node agents (caf-hvd node), as keyword arguments "
-                "or on the settings; caf-hvd runs elastic jobs over node agents")
+                "hosts=/hostfile= of running node agents (caf-hvd node), or a cluster of them "
+                "(cluster=HOST[:PORT] or CAF_HVD_CLUSTER), as keyword arguments or on the "
+                "settings; caf-hvd runs elastic jobs over node agents")
         if self._script_dir is None:
             self._script_dir = tempfile.mkdtemp(prefix="caf-hvd-discovery-")
         path = os.path.join(self._script_dir, "discover.sh")
@@ -342,7 +356,7 @@ class RayExecutor:
             discovery_interval=w.get("discovery_interval") or 1, use_gpu=p["use_gpu"],
             gpus_per_worker=p["gpus_per_worker"] if p["use_gpu"] else 0,
             python=self._python or sys.executable, caf_hvd=self._binary,
-            extra_args=self._flags())
+            extra_args=self._flags(), cluster=w.get("cluster"))
         self._elastic_runs.append(run)
         run.start(executable_cls=cls, executable_args=cargs, executable_kwargs=ckwargs,
                   extra_env_vars=env)

@@ -324,6 +324,37 @@ class MembershipTest(unittest.TestCase):
         self.assertRegex(err, rf"generation 2: 3 ranks on .*\(added {names[2]}\)")
         self.assertRegex(err, rf"generation \d+: 2 ranks on .*\(removed {names[1]}\)")
 
+    def test_the_python_executors_with_no_hosts_use_the_configured_cluster(self):
+        names = [x["name"] for x in self.h.hosts]
+        for i in range(3):
+            self.agent(i, "--slots", "1")
+        self.wait_for("three nodes alive", self.all_alive(names))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = ["env", f"CAF_HVD_CLUSTER={self.head}:{PORT}", f"CAF_HVD={CAF_HVD}",
+               f"CAF_HVD_CLUSTER_DIR={self.driver_dir}", f"PYTHONPATH={os.path.join(root, 'python')}"]
+        rc, out, err = self.h.run(0, env + ["/usr/bin/python3", os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "cluster_executors_program.py")],
+            timeout=240)
+        self.assertEqual(rc, 0, err[-3000:])
+        parts = {}
+        for line in out.splitlines():
+            if line.startswith("{"):
+                parts.update(json.loads(line))
+        # one rank per node (each agent has one slot): the table spread them over all three
+        static = parts["static"]
+        self.assertEqual(sorted(r["rank"] for r in static), [0, 1, 2])
+        self.assertEqual(sorted(r["host"] for r in static), sorted(names))
+        self.assertEqual(sorted(r["slot"] for r in static), sorted(f"{n}:0" for n in names))
+        elastic = parts["elastic"]
+        self.assertEqual([r["rank"] for r in elastic], [0, 1])
+        self.assertEqual({r["size"] for r in elastic}, {2})
+        self.assertTrue(all(r["host"] in names for r in elastic), elastic)
+        self.assertEqual(len({r["host"] for r in elastic}), 2)
+        trainer = parts["trainer"]
+        self.assertEqual(trainer["rank"], 0)
+        self.assertEqual(trainer["size"], 2)
+        self.assertIn(trainer["host"], names)
+
     def test_joins_that_must_not_happen_are_refused_with_one_line_and_exit_1(self):
         names = [x["name"] for x in self.h.hosts]
         self.agent(0)

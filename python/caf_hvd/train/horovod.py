@@ -40,13 +40,15 @@ class HorovodConfig:
 
 class HorovodTrainer:
     """Ray Train's HorovodTrainer without Ray. Besides Ray's arguments it takes where
-    the ranks run, keyword-only: hosts/hostfile (node agents, as -H takes them),
-    cluster_dir, insecure, and python/caf_hvd (the interpreter and binary)."""
+    the ranks run, keyword-only: hosts/hostfile (node agents, as -H takes them), cluster
+    (HOST[:PORT] of a cluster whose table places the ranks; default $CAF_HVD_CLUSTER when
+    no hosts are given), cluster_dir, insecure, and python/caf_hvd (the interpreter and
+    binary)."""
 
     def __init__(self, train_loop_per_worker, *, train_loop_config=None, horovod_config=None,
                  scaling_config=None, dataset_config=None, run_config=None, datasets=None,
                  metadata=None, resume_from_checkpoint=None, hosts=None, hostfile=None,
-                 cluster_dir=None, insecure=False, python=None, caf_hvd=None):
+                 cluster_dir=None, insecure=False, python=None, caf_hvd=None, cluster=None):
         if not callable(train_loop_per_worker):
             raise TypeError("train_loop_per_worker must be a function")
         required = [p for p in inspect.signature(train_loop_per_worker).parameters.values()
@@ -77,7 +79,7 @@ class HorovodTrainer:
         self.metadata = metadata
         self.resume_from_checkpoint = resume_from_checkpoint
         self._where = dict(hosts=hosts, hostfile=hostfile, cluster_dir=cluster_dir,
-                           insecure=insecure)
+                           insecure=insecure, cluster=cluster)
         self._python = python
         self._binary = caf_hvd
         # what fit() runs instead of a new group (the benchmark swaps it)
