@@ -1,6 +1,8 @@
-// caf-hvd hosts: the hosts a job would use (-H, a hostfile or the batch allocation this
-// runs in), one HOST:SLOTS line each.
+// caf-hvd hosts: the hosts a job would use (-H, a hostfile, the batch allocation this runs
+// in, $CAF_HVD_HOSTS, $CAF_HVD_HOSTFILE), one HOST:SLOTS line each, or that a cluster's
+// table places the job.
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -20,10 +22,12 @@ int run_hosts(int argc, char** argv) {
                                "usage: caf-hvd hosts [-H SPEC,... | --hostfile FILE]\n"
                                "  without either: the allocation this runs in (Slurm, PBS, "
                                "LSF)\n\noptions"};
-  std::string hosts, hostfile;
+  std::string hosts, hostfile, cluster;
   desc.add_options()("help,h", "show this help")("hosts,H", po::value(&hosts),
                                                  "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
-      "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines");
+      "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines")(
+      "cluster", po::value(&cluster),
+      "HOST[:PORT]: a cluster whose table places the ranks (default: $CAF_HVD_CLUSTER)");
   if (!parse_options_only(argc, argv, desc, "hosts"))
     return 0; // --help
   if (!hosts.empty() && !hostfile.empty())
@@ -43,9 +47,27 @@ int run_hosts(int argc, char** argv) {
     } else if (auto a = detect_allocation()) {
       list = a->hosts;
       source = a->source;
+    } else if (const char* env = std::getenv("CAF_HVD_HOSTS"); env && *env) {
+      list = parse_host_list(env);
+      source = "$CAF_HVD_HOSTS";
+    } else if (const char* file = std::getenv("CAF_HVD_HOSTFILE"); file && *file) {
+      std::ifstream in{file};
+      if (!in)
+        throw usage_error(fmt::format("cannot open $CAF_HVD_HOSTFILE {}", file));
+      list = parse_hostfile(in, file);
+      source = fmt::format("$CAF_HVD_HOSTFILE {}", file);
     } else {
-      throw usage_error("no hosts: give -H or --hostfile, or run inside a Slurm, PBS or LSF "
-                        "allocation");
+      const char* env = std::getenv("CAF_HVD_CLUSTER");
+      auto where = !cluster.empty() ? cluster : env && *env ? std::string{env} : std::string{};
+      if (where.empty())
+        throw usage_error("no hosts: give -H or --hostfile, run inside a Slurm, PBS or LSF "
+                          "allocation, or name a cluster (--cluster HOST[:PORT] or "
+                          "CAF_HVD_CLUSTER)");
+      std::cerr << fmt::format("caf-hvd: the hosts come from the cluster at {} ({}): its table "
+                               "places a job's ranks on free slots when the job starts; "
+                               "'caf-hvd status' lists its nodes\n",
+                               where, cluster.empty() ? "$CAF_HVD_CLUSTER" : "--cluster");
+      return 0;
     }
   } catch (const spec_error& e) {
     throw usage_error(e.what());
