@@ -67,6 +67,7 @@ void say(const node_settings& n, const std::string& line) {
 struct table_state {
   membership_table table;
   std::map<caf::actor_addr, uint64_t> members; // joiners, by the id the table knows them by
+  std::map<uint64_t, caf::actor> joiners;       // ... and their handles (to tell them)
   uint64_t next_member = 1;
   std::string join_target;
   std::map<caf::actor_addr, std::string> placers; // drivers that hold placed jobs
@@ -90,6 +91,7 @@ member_info local_member(caf::actor_system& sys, const std::string& address) {
   m.labels = n.labels;
   m.started_ms = n.started_ms;
   m.jobs = n.jobs->snapshot();
+  m.draining = n.draining->load();
   return m;
 }
 
@@ -125,6 +127,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
       for (auto& name : st.table.gone(it->second, false, unix_ms()))
         say(settings_of(self->system()),
             fmt::format("node '{}' is lost (its link broke)", printable(name)));
+      st.joiners.erase(it->second);
       st.members.erase(it);
     });
     return {
@@ -165,12 +168,14 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           if (fresh) {
             ++st.next_member;
             self->monitor(joiner);
+            st.joiners[it->second] = joiner;
           }
           auto why = st.table.join(it->second, info, holder, unix_ms());
           if (!why.empty()) {
             say(n, fmt::format("refused a join as '{}': {}", printable(info.name), why));
             if (fresh) {
               self->demonitor(joiner);
+              st.joiners.erase(it->second);
               st.members.erase(it);
             }
             return why;
@@ -201,6 +206,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           say(settings_of(self->system()),
               fmt::format("node '{}' left (its agent stops)", printable(name)));
           self->demonitor(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+          st.joiners.erase(it->second);
           st.members.erase(it);
         },
         [self, node_id, refresh_self](table_atom,
@@ -308,6 +314,38 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           for (auto& h : p.hosts)
             h.holder = h.name == n.name;
           return p;
+        },
+        [self, node_id, refresh_self](drain_atom, std::string& name, bool on,
+                                      signed_ticket& ticket) -> std::string {
+          auto& st = self->state;
+          auto& n = settings_of(self->system());
+          if (!st.join_target.empty())
+            return fmt::format("the agent '{}' holds no table: it joined the cluster at {}",
+                               n.name, st.join_target);
+          if (n.creds) {
+            try {
+              auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::admin,
+                                                       "drain", node_id);
+              if (holder.subject != name)
+                throw credentials_error("it names another node");
+            } catch (const std::exception& e) {
+              return fmt::format("the agent refused the request: {}", e.what());
+            }
+          }
+          refresh_self();
+          if (auto why = st.table.set_drained(name, on); !why.empty())
+            return why;
+          // The node itself stops taking jobs (and says so in its reports, so a table
+          // rebuilt from re-joins knows it too).
+          if (name == n.name)
+            n.draining->store(on);
+          else if (auto m = st.table.member_of(name))
+            if (auto j = st.joiners.find(*m); j != st.joiners.end())
+              caf::anon_send(j->second, drain_atom::value, on);
+          say(n, fmt::format("node '{}' {}", printable(name),
+                             on ? "is drained: no new ranks, elastic jobs leave it"
+                                : "is back in placement (undrained)"));
+          return {};
         },
         [self, refresh_self](deadline_atom, uint64_t) {
           refresh_self();
@@ -500,6 +538,13 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
           self->send(st.table, update_atom::value, info);
           st.sent = std::move(info);
           st.sent_ms = now;
+        },
+        // An administrator drained (or undrained) this node through the table.
+        [self](drain_atom, bool on) {
+          auto& n = settings_of(self->system());
+          n.draining->store(on);
+          say(n, on ? "drained by the cluster's administrator: no new jobs; running ranks go on"
+                    : "undrained: it takes jobs again");
         },
         // The agent stops: the table hears it from here, not from a broken link.
         [self](left_atom) -> caf::result<bool> {

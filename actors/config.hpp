@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,6 +39,9 @@ struct node_settings {
   std::chrono::milliseconds link_timeout{10000};
   // A failure that must end the agent (a join its cluster refuses): says why, stops it
   std::function<void(const std::string&)> fatal;
+  // Drained (by an administrator, or by itself on SIGTERM with --drain-grace): it takes
+  // no new jobs, and reports so; its running ranks go on
+  std::shared_ptr<std::atomic<bool>> draining = std::make_shared<std::atomic<bool>>(false);
 };
 
 /// Liveness of the links between driver and node agents; both ends must send heartbeats

@@ -59,6 +59,10 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
                    self->state.refused.c_str());
     }
   }
+  if (self->state.refused.empty() && node.draining->load())
+    self->state.refused = fmt::format("node agent '{}' is drained: it takes no new jobs ('caf-hvd "
+                                      "undrain {}' returns it)",
+                                      node.name, node.name);
   if (!self->state.refused.empty()) {
     // Only the refusal is answered; the actor ends soon either way.
     self->delayed_send(self, std::chrono::seconds(5), kill_atom::value);

@@ -23,6 +23,7 @@
 //   table ──monitor──▶ joiner (its link breaks: lost)   joiner ──monitor──▶ table (re-join)
 //   caf-hvd status ──table(driver ticket)──▶ table ──▶ cluster_view (or where the table is)
 //   driver --cluster ──place(request, driver ticket)──▶ table ──▶ placement (or: wait)
+//   caf-hvd drain ──drain(node, admin ticket)──▶ table ──drain──▶ that node's joiner
 //   driver ──spawn colocator(driver ticket)──▶ agent (a ticket of another agent is refused)
 //
 // Executor mode (runtime/channel.hpp frames; payloads are opaque):
@@ -104,6 +105,7 @@ using update_atom = caf::atom_constant<caf::atom("update")>;
 using table_atom = caf::atom_constant<caf::atom("table")>;
 using left_atom = caf::atom_constant<caf::atom("left")>;
 using place_atom = caf::atom_constant<caf::atom("place")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
 constexpr node_atom node_atom_v{};
 constexpr port_atom port_atom_v{};
 constexpr launch_atom launch_atom_v{};
@@ -471,7 +473,7 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, member_row& x) {
   return f(caf::meta::type_name("member_row"), x.info, x.state, x.certificate, x.shared,
-           x.joined_ms, x.last_seen_ms, x.gone_ms);
+           x.joined_ms, x.last_seen_ms, x.gone_ms, x.drained);
 }
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
@@ -510,6 +512,9 @@ using cluster_actor = caf::typed_actor<
     // subject the job id): the live nodes and the slots it may use there
     caf::replies_to<discover_atom, std::string, std::vector<std::string>,
                     signed_ticket>::with<placement>,
+    // an administrator drains (true) or undrains a node (its name; an admin ticket,
+    // purpose "drain", subject the node): "" or why not
+    caf::replies_to<drain_atom, std::string, bool, signed_ticket>::with<std::string>,
     caf::reacts_to<deadline_atom, uint64_t>>; // its own timer
 
 /// Names under which node agents offer actors for remote spawn.

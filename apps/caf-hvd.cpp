@@ -24,6 +24,7 @@ void print_usage(std::ostream& os) {
      << "  caf-hvd driver --host-discovery-script PATH --min-np N [options] -- COMMAND\n"
      << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--join HOST[:PORT]]\n"
      << "  caf-hvd status [--cluster HOST[:PORT]] [--json]     the cluster's nodes and jobs\n"
+     << "  caf-hvd drain|undrain NODE [--cluster HOST[:PORT]]  take a node out of placement\n"
      << "  caf-hvd cluster init|add-node|add-driver|revoke ... a cluster's credentials\n"
      << "  caf-hvd timeline EVENTS -o OUT.html|OUT.json        draw a job's event log\n"
      << "  caf-hvd hosts [-H SPEC | --hostfile FILE]           the hosts a job would use\n"
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
       return run_hosts(argc, argv);
     if (sub == "status")
       return run_status(argc, argv);
+    if (sub == "drain" || sub == "undrain")
+      return run_drain(argc, argv, sub == "drain");
     std::cerr << fmt::format("caf-hvd: unknown subcommand '{}'\n\n", sub);
     print_usage(std::cerr);
     return 2;

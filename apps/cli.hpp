@@ -79,5 +79,6 @@ int run_cluster(int argc, char** argv);
 int run_timeline(int argc, char** argv);
 int run_hosts(int argc, char** argv);
 int run_status(int argc, char** argv);
+int run_drain(int argc, char** argv, bool drain); // drain, undrain
 
 } // namespace cafhvd::cli

@@ -23,6 +23,7 @@ constexpr const char* cluster_usage =
     "certificate\n"
     "  caf-hvd cluster add-node NAME [DIR] [--out OUT]   a node agent's credentials\n"
     "  caf-hvd cluster add-driver NAME [DIR] [--out OUT] a driver's credentials\n"
+    "  caf-hvd cluster add-admin NAME [DIR] [--out OUT]  an administrator's (drain, undrain)\n"
     "  caf-hvd cluster revoke NAME|CERT.pem [DIR]        revoke NAME's certificates (crl.pem)\n"
     "DIR: the cluster's directory (default $CAF_HVD_CLUSTER_DIR, else "
     "~/.config/caf-hvd/cluster); OUT: default DIR/issued/NAME";
@@ -46,7 +47,8 @@ int run_cluster(int argc, char** argv) {
   if (args.empty())
     throw usage_error(cluster_usage);
   auto verb = args[0];
-  bool named = verb == "add-node" || verb == "add-driver" || verb == "revoke";
+  bool named =
+      verb == "add-node" || verb == "add-driver" || verb == "add-admin" || verb == "revoke";
   if ((verb != "init" && !named) || (named && args.size() < 2) || args.size() > (named ? 3u : 2u)
       || (!out.empty() && (verb == "init" || verb == "revoke")))
     throw usage_error(cluster_usage);
@@ -62,6 +64,7 @@ int run_cluster(int argc, char** argv) {
           "  ca.pem, ca.key          the cluster's CA (keep ca.key on this machine only)\n"
           "  node.pem, node.key      a node agent's certificate (role node: accepts drivers)\n"
           "  driver.pem, driver.key  a driver's certificate (role driver: drives node agents)\n"
+          "  admin.pem, admin.key    an administrator's certificate (drains and undrains nodes)\n"
           "On a trusted single machine, use {} as it is. For a cluster, give each host its own "
           "directory with 'caf-hvd cluster add-node HOST' and each head node one with "
           "'caf-hvd cluster add-driver NAME', and pass it with --cluster-dir or "
@@ -75,7 +78,9 @@ int run_cluster(int argc, char** argv) {
           "SIGHUP to running node agents (drivers read it when they start).\n",
           serials.size(), args[1], fmt::join(serials, ", "), dir);
     } else {
-      auto role = verb == "add-node" ? cert_role::node : cert_role::driver;
+      auto role = verb == "add-node"    ? cert_role::node
+                  : verb == "add-admin" ? cert_role::admin
+                                        : cert_role::driver;
       auto target = net.issue_credentials(dir, role, args[1], out);
       std::cout << fmt::format(
           "issued a {} certificate for '{}' in {} (ca.pem, {}.pem, {}.key{}).\n"
@@ -83,7 +88,9 @@ int run_cluster(int argc, char** argv) {
           "CAF_HVD_CLUSTER_DIR.\n",
           to_string(role), args[1], target, to_string(role), to_string(role),
           ::access((target + "/crl.pem").c_str(), F_OK) == 0 ? ", crl.pem" : "",
-          role == cert_role::node ? "host" : "head node");
+          role == cert_role::node    ? "host"
+          : role == cert_role::admin ? "administrator's machine"
+                                     : "head node");
     }
   } catch (const credentials_error& e) {
     throw std::runtime_error(e.what());

@@ -43,6 +43,7 @@ struct node_options {
   std::vector<std::string> labels; // KEY=VALUE, checked
   std::string join_host;           // --join HOST[:PORT] ("" = none: it may hold a table)
   int join_port = default_node_port;
+  double drain_grace = 0; // SIGTERM: drain, wait this long for the ranks, then stop
 };
 
 // Explains why a port cannot be opened (CAF only says that it failed).
@@ -79,6 +80,7 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   std::string name, bind, cluster, gpus, join;
   std::vector<std::string> labels;
   int slots = 0;
+  double drain_grace = 0;
   double link_timeout = liveness::default_seconds;
   desc.add_options()("help,h", "show this help")(
       "port,p", po::value(&port)->default_value(default_node_port),
@@ -102,7 +104,11 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "HOST[:PORT]: join the cluster whose table that agent holds (any agent started without "
       "--join holds one); the agent stays joined and joins again when that agent comes back")(
       "label", po::value(&labels)->composing(),
-      "KEY=VALUE: a label of this node in the cluster's table (repeatable)");
+      "KEY=VALUE: a label of this node in the cluster's table (repeatable)")(
+      "drain-grace", po::value(&drain_grace)->default_value(0),
+      "SECONDS: on SIGTERM (a spot VM's preemption notice, systemctl stop), first drain: no "
+      "new jobs, elastic jobs leave this node at their next commit; stop once its ranks are "
+      "gone or when the grace ends (0: stop at once)");
   auto parsed = parse_options_only(argc, argv, desc, "node");
   if (!parsed)
     return std::nullopt; // --help
@@ -167,6 +173,9 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   n.creds = std::move(creds);
   n.exit_on_stdin_eof = vm.count("exit-on-stdin-eof") > 0;
   n.labels = std::move(checked_labels);
+  if (!(drain_grace >= 0 && drain_grace <= 86400))
+    throw usage_error(fmt::format("--drain-grace {}: give seconds from 0 to 86400", drain_grace));
+  n.drain_grace = drain_grace;
   n.join_host = join_host;
   n.join_port = join_port;
   return n;
@@ -245,6 +254,40 @@ int start_node(const node_options& o) {
     while (true) {
       if (sigwait(&set, &sig) != 0)
         continue;
+      if (sig == SIGTERM && o.drain_grace > 0 && !fatal_seen) {
+        // Drain first: no new jobs, reported to the cluster (elastic jobs leave at their
+        // next commit); the ranks' end, the grace or another signal ends the wait.
+        cfg.node->draining->store(true);
+        auto ranks = [&] {
+          uint32_t n = 0;
+          for (auto& j : cfg.node->jobs->snapshot())
+            n += j.ranks;
+          return n;
+        };
+        std::cerr << fmt::format("caf-hvd node '{}': SIGTERM: draining, waiting up to {} s for "
+                                 "its {} rank{}\n",
+                                 name, o.drain_grace, ranks(), ranks() == 1 ? "" : "s")
+                  << std::flush;
+        auto until = std::chrono::steady_clock::now()
+                     + std::chrono::milliseconds(static_cast<long>(o.drain_grace * 1000));
+        bool again = false;
+        while (ranks() > 0 && std::chrono::steady_clock::now() < until) {
+          timespec ts{0, 100'000'000};
+          if (sigtimedwait(&set, nullptr, &ts) > 0) {
+            again = true;
+            break;
+          }
+        }
+        auto left = ranks();
+        std::cerr << fmt::format("caf-hvd node '{}': {}\n", name,
+                                 left == 0 ? std::string{"drained: no ranks left"}
+                                 : again   ? fmt::format("a second signal: stopping {} ranks", left)
+                                           : fmt::format("the drain grace ended with {} rank{} "
+                                                         "left: stopping them",
+                                                         left, left == 1 ? "" : "s"))
+                  << std::flush;
+        break;
+      }
       if (sig != SIGHUP)
         break;
       if (!creds) {

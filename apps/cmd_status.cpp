@@ -64,7 +64,105 @@ std::variant<cluster_view, std::string> fetch(caf::actor_system& sys, const clus
   return out;
 }
 
+// The table actor at `where` and its node, or an error message.
+std::variant<std::pair<cluster_actor, caf::node_id>, std::string>
+table_at(caf::actor_system& sys, caf::scoped_actor& self, const cluster_address& where,
+         bool tls, std::chrono::milliseconds timeout) {
+  auto peer = fmt::format("{}:{}", where.host, where.port);
+  std::variant<std::pair<cluster_actor, caf::node_id>, std::string> out{std::string{}};
+  self->request(net::module().connector(sys, tls), timeout, caf::connect_atom::value, where.host,
+                where.port)
+      .receive(
+          [&](caf::node_id& nid, caf::strong_actor_ptr& published, std::set<std::string>&) {
+            auto table = caf::actor_cast<cluster_actor>(published);
+            if (table)
+              out = std::make_pair(table, nid);
+            else
+              out = fmt::format("{} is a caf-hvd node agent without a cluster table", peer);
+          },
+          [&](caf::error& e) {
+            out = fmt::format("cannot reach the cluster at {}: {}", peer,
+                              connect_error(sys, e, tls, peer));
+          });
+  return out;
+}
+
 } // namespace
+
+int run_drain(int argc, char** argv, bool drain) {
+  std::string verb = drain ? "drain" : "undrain";
+  po::options_description desc{fmt::format(
+      "caf-hvd {}: {} (an administrator's certificate: 'caf-hvd cluster add-admin').\n\n"
+      "usage: caf-hvd {} NODE [--cluster HOST[:PORT]] [--cluster-dir DIR]\n\noptions",
+      verb,
+      drain ? "take a node out of placement; elastic jobs leave it at their next commit, its "
+              "other ranks run on, and it takes no new jobs until undrained"
+            : "return a drained node to placement",
+      verb)};
+  std::string cluster, where, node;
+  desc.add_options()("help,h", "show this help")(
+      "cluster", po::value(&where),
+      "HOST[:PORT]: the agent that holds the cluster's table; default: $CAF_HVD_CLUSTER")(
+      "cluster-dir", po::value(&cluster), "the cluster's credentials (an admin certificate)")(
+      "insecure", "talk to agents started with --insecure")("node", po::value(&node),
+                                                            "the node's name (as status shows it)");
+  po::positional_options_description pos;
+  pos.add("node", 1);
+  std::vector<std::string> args(argv + 2, argv + argc);
+  auto vm = parse(args, desc, &pos);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (node.empty())
+    throw usage_error(fmt::format("give the node to {}: caf-hvd {} NODE", verb, verb));
+  if (!valid_host_name(node))
+    throw usage_error(fmt::format("'{}' is not a node name", printable(node)));
+  if (where.empty())
+    if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
+      where = env;
+  if (where.empty())
+    throw usage_error("give the cluster with --cluster HOST[:PORT] or set CAF_HVD_CLUSTER");
+  cluster_address address;
+  try {
+    address = parse_cluster_address(where, default_node_port);
+  } catch (const std::exception& e) {
+    throw usage_error(fmt::format("--cluster '{}': {}", printable(where), e.what()));
+  }
+  auto creds = credentials_for({vm.count("insecure") > 0, vm.count("cluster-dir") > 0, cluster},
+                               cert_role::admin);
+  hvd_config cfg;
+  cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
+  int rc = 0;
+  {
+    caf::actor_system sys{cfg};
+    caf::scoped_actor self{sys};
+    auto got = table_at(sys, self, address, creds.has_value(), std::chrono::seconds(10));
+    std::string error;
+    if (auto* t = std::get_if<std::pair<cluster_actor, caf::node_id>>(&got)) {
+      signed_ticket ticket;
+      if (creds)
+        ticket = net::module().sign_ticket(
+            *creds, ticket_body("drain", to_string(t->second), node, unix_s()));
+      self->request(t->first, std::chrono::seconds(10), drain_atom::value, node, drain, ticket)
+          .receive([&](std::string& why) { error = why; },
+                   [&](caf::error& e) { error = sys.render(e); });
+    } else {
+      error = std::get<std::string>(got);
+    }
+    if (error.empty()) {
+      std::cout << fmt::format("{} '{}'{}\n", drain ? "drained" : "undrained", node,
+                               drain ? ": no new ranks there; elastic jobs leave it at their next "
+                                       "commit ('caf-hvd status' shows when its ranks are gone)"
+                                     : ": back in placement");
+    } else {
+      std::cerr << fmt::format("caf-hvd {}: error: {}\n", verb, error);
+      rc = 1;
+    }
+    exit_watchdog(rc);
+  }
+  return rc;
+}
 
 int run_status(int argc, char** argv) {
   po::options_description desc{

@@ -82,9 +82,10 @@ x509_ptr new_cert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* 
     // A node agent serves drivers and, to join its cluster, connects to another agent:
     // both usages, with the role in OU (what tells it from a pre-role member
     // certificate). A driver only connects.
-    add(NID_ext_key_usage, role == cert_role::node     ? "critical,serverAuth,clientAuth"
-                           : role == cert_role::driver ? "critical,clientAuth"
-                                                       : "serverAuth,clientAuth");
+    add(NID_ext_key_usage, role == cert_role::node ? "critical,serverAuth,clientAuth"
+                           : role == cert_role::driver || role == cert_role::admin
+                               ? "critical,clientAuth"
+                               : "serverAuth,clientAuth");
   if (!X509_sign(cert.get(), issuer_key ? issuer_key : key, EVP_sha256()))
     throw credentials_error("cannot sign a certificate: " + openssl_error());
   return cert;
@@ -172,7 +173,7 @@ std::string serial_hex(X509* cert) {
 }
 
 std::string role_file(cert_role r) {
-  return r == cert_role::driver ? "driver" : "node";
+  return r == cert_role::driver ? "driver" : r == cert_role::admin ? "admin" : "node";
 }
 
 void check_name(const std::string& name) {
@@ -270,6 +271,7 @@ void init_cluster(const std::string& dir) {
   ca_material m{std::move(ca), std::move(ca_key)};
   issue_into(m, dir + "/issued.tsv", cert_role::node, "node", dir);
   issue_into(m, dir + "/issued.tsv", cert_role::driver, "driver", dir);
+  issue_into(m, dir + "/issued.tsv", cert_role::admin, "admin", dir);
 }
 
 std::string issue_credentials(const std::string& dir, cert_role role, const std::string& name,
@@ -289,7 +291,8 @@ std::string issue_credentials(const std::string& dir, cert_role role, const std:
                       "('caf-hvd cluster revoke {}') or choose another name",
                       to_string(role), name, e.serial, name));
   auto target = out.empty() ? dir + "/issued/" + name : out;
-  for (auto f : {"ca.pem", "node.pem", "node.key", "driver.pem", "driver.key"})
+  for (auto f : {"ca.pem", "node.pem", "node.key", "driver.pem", "driver.key", "admin.pem",
+                 "admin.key"})
     if (exists(target + "/" + f))
       throw credentials_error(
           fmt::format("{}/{} already exists; refusing to overwrite credentials", target, f));
@@ -391,7 +394,11 @@ cluster_credentials load_cluster(const std::string& dir, cert_role role) {
     throw credentials_error(fmt::format(
         "{} holds no {} certificate ({}.pem); a {} needs one: issue it where the cluster was "
         "made with 'caf-hvd cluster add-{} NAME' and copy the directory it names here",
-        dir, base, base, role == cert_role::driver ? "driver" : "node agent", base));
+        dir, base, base,
+        role == cert_role::driver  ? "driver"
+        : role == cert_role::admin ? "cluster administrator"
+                                   : "node agent",
+        base));
   }
   auto ca = read_cert(c.ca_cert);
   auto cert = read_cert(c.cert);
@@ -437,8 +444,11 @@ cert_role role_of(x509_st* cert) {
   bool client = xku & XKU_SSL_CLIENT;
   if (server && !client)
     return cert_role::node;
+  char ou_text[32] = "";
+  X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_organizationalUnitName, ou_text,
+                            sizeof(ou_text));
   if (client && !server)
-    return cert_role::driver;
+    return std::string_view{ou_text} == "admin" ? cert_role::admin : cert_role::driver;
   if (client && server) {
     // A node certificate that may join a cluster names its role; a pre-role member
     // certificate has no OU.
@@ -566,7 +576,8 @@ ticket_holder check_ticket(const cluster_credentials& creds, const signed_ticket
   h.name = common_name_of(cert.get());
   h.role = found == cert_role::member ? role : found;
   h.subject = lines[3];
-  h.shared = h.name == "node" || h.name == "driver" || found == cert_role::member;
+  h.shared = h.name == "node" || h.name == "driver" || h.name == "admin"
+             || found == cert_role::member;
   return h;
 }
 

@@ -37,8 +37,8 @@ ticket_holder check_ticket(const cluster_credentials& creds, const signed_ticket
 std::string openssl_error();
 
 /// Creates DIR (mode 0700) with a new CA (ca.pem, ca.key), a node certificate (node.pem,
-/// node.key, named "node") and a driver certificate (driver.pem, driver.key, named
-/// "driver"), so one directory serves a single trusted machine as before; hosts of a real
+/// node.key, named "node"), a driver certificate (driver.pem, driver.key, named
+/// "driver") and an administrator's (admin.pem, admin.key, named "admin"), so one directory serves a single trusted machine as before; hosts of a real
 /// cluster get their own with issue_credentials. Keys are written with mode 0600. Refuses
 /// to overwrite existing credentials.
 void init_cluster(const std::string& dir);

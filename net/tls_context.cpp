@@ -156,6 +156,7 @@ int verify(int ok, X509_STORE_CTX* store) {
   bool accepting = SSL_is_server(ssl) == 1;
   bool fine = info->own == cert_role::node && accepting
                   ? peer == cert_role::driver || peer == cert_role::node
+                        || peer == cert_role::admin
                   : peer == cert_role::node;
   if (!fine) {
     set_refusal(ssl, describe(X509_V_ERR_INVALID_PURPOSE, cert, 0, info->own));

@@ -29,6 +29,8 @@ const char* to_string(cert_role r) {
     return "node";
   case cert_role::driver:
     return "driver";
+  case cert_role::admin:
+    return "admin";
   default:
     return "member";
   }

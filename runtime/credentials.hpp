@@ -21,8 +21,9 @@ struct credentials_error : std::runtime_error {
 /// usage, so OpenSSL itself refuses a certificate used in the wrong direction: a driver
 /// connects (TLS client: clientAuth only), a node agent accepts (TLS server: serverAuth
 /// only). A `member` certificate (both usages) is what clusters made before roles got:
-/// it still works, with a deprecation warning.
-enum class cert_role { node, driver, member };
+/// it still works, with a deprecation warning. An `admin` certificate (TLS client, OU
+/// admin) drains and undrains the cluster's nodes; it drives nothing.
+enum class cert_role { node, driver, member, admin };
 
 const char* to_string(cert_role r);
 

@@ -219,7 +219,7 @@ std::string membership_table::join(uint64_t member, const member_info& info,
       ++it;
   auto& e = rows_[info.name];
   e.member = member;
-  e.row.info = info;
+  e.row.info = info; // (drained stays: a drained node that comes back is still drained)
   e.row.state = "alive";
   e.row.certificate = holder.name;
   e.row.shared = holder.shared;
@@ -256,6 +256,26 @@ void membership_table::expire(int64_t now_ms, int64_t keep_ms) {
       it = rows_.erase(it);
     else
       ++it;
+}
+
+std::string membership_table::set_drained(const std::string& name, bool drained) {
+  auto it = rows_.find(name);
+  if (it == rows_.end()) {
+    std::vector<std::string> names;
+    for (auto& [n, e] : rows_)
+      names.push_back(n);
+    return fmt::format("no node named '{}' in the cluster (its nodes: {})", printable(name),
+                       names.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(names, ", ")));
+  }
+  it->second.row.drained = drained;
+  return {};
+}
+
+std::optional<uint64_t> membership_table::member_of(const std::string& name) const {
+  auto it = rows_.find(name);
+  if (it == rows_.end() || it->second.row.state != "alive")
+    return std::nullopt;
+  return it->second.member;
 }
 
 cluster_view membership_table::view(int64_t now_ms) const {
@@ -331,7 +351,7 @@ placement membership_table::place(const placement_request& r, int64_t now_ms, in
   std::map<std::string, uint32_t> holders; // job -> slots it holds on matching nodes
   for (auto& [name, e] : rows_) {
     auto& m = e.row.info;
-    if (e.row.state != "alive" || m.draining || !has_labels(m, r.labels))
+    if (e.row.state != "alive" || m.draining || e.row.drained || !has_labels(m, r.labels))
       continue;
     uint32_t used = 0;
     for (auto& j : m.jobs) {
@@ -428,7 +448,7 @@ std::vector<placed_host> membership_table::available(const std::string& job,
   std::vector<placed_host> out;
   for (auto& [name, e] : rows_) {
     auto& m = e.row.info;
-    if (e.row.state != "alive" || m.draining || !has_labels(m, labels))
+    if (e.row.state != "alive" || m.draining || e.row.drained || !has_labels(m, labels))
       continue;
     uint32_t others = 0;
     for (auto& j : m.jobs)
@@ -476,8 +496,8 @@ std::string render_status(const cluster_view& v) {
       {"NODE", "STATE", "ADDRESS", "SLOTS", "GPUS", "LABELS", "JOINED", "LAST SEEN"}};
   for (auto& n : v.nodes) {
     auto state = n.state;
-    if (n.state == "alive" && n.info.draining)
-      state = "draining";
+    if (n.state == "alive" && (n.info.draining || n.drained))
+      state = ranks_of(n.info) > 0 ? "draining" : "drained";
     if (n.shared)
       state += " (shared cert)";
     rows.push_back(
@@ -533,7 +553,9 @@ nlohmann::json status_json(const cluster_view& v) {
                       {"gpus", j.gpus},
                       {"since_ms", j.since_ms}});
     nodes.push_back({{"name", n.info.name},
-                     {"state", n.state == "alive" && n.info.draining ? "draining" : n.state},
+                     {"state", n.state == "alive" && (n.info.draining || n.drained)
+                                   ? (ranks_of(n.info) > 0 ? "draining" : "drained")
+                                   : n.state},
                      {"address", n.info.address},
                      {"port", n.info.port},
                      {"slots", n.info.slots},

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +72,7 @@ struct member_row {
   std::string certificate; // the certificate it joined with
   bool shared = false;     // a certificate every host may hold (it proves no name)
   int64_t joined_ms = 0, last_seen_ms = 0, gone_ms = 0;
+  bool drained = false; // an administrator drained it (kept across its re-joins)
 };
 
 /// What `caf-hvd status` gets: the table, or where the table is.
@@ -132,6 +134,11 @@ public:
   std::vector<std::string> gone(uint64_t member, bool left, int64_t now_ms);
   /// Forgets rows gone for longer than `keep_ms`.
   void expire(int64_t now_ms, int64_t keep_ms);
+  /// An administrator drains (true) or undrains a node: it gets no new ranks, elastic
+  /// jobs leave it. "" or why not (no such node).
+  std::string set_drained(const std::string& name, bool drained);
+  /// The member that holds `name`'s row (for telling it), if alive.
+  std::optional<uint64_t> member_of(const std::string& name) const;
   /// The table at `now_ms`.
   cluster_view view(int64_t now_ms) const;
   size_t alive() const;

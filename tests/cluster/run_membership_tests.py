@@ -355,6 +355,74 @@ class MembershipTest(unittest.TestCase):
         self.assertEqual(trainer["size"], 2)
         self.assertIn(trainer["host"], names)
 
+    def test_drain_moves_an_elastic_job_off_a_node_and_sigterm_with_a_grace_drains_first(self):
+        names = [x["name"] for x in self.h.hosts]
+        admin = issue("admin", "root-admin")
+        self.agent(0, "--slots", "1")
+        self.agent(1, "--slots", "1")
+        spot = self.agent(2, "--slots", "1", "--drain-grace", "60")
+        self.wait_for("three nodes alive", self.all_alive(names))
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
+             self.driver_dir, "--cluster", f"{self.head}:{PORT}", "--min-np", "1",
+             "--discovery-interval", "0.2", "--", ALLREDUCE, "--elastic", "--steps", "700",
+             "--step-ms", "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(p)
+        seen = []
+
+        def until(pattern, timeout=60):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                seen.append(line)
+                if re.search(pattern, line):
+                    return
+            raise AssertionError(f"no {pattern!r}:\n{''.join(seen)[-2000:]}")
+
+        def drain(verb, node, creds=admin):
+            return self.h.run(0, [CAF_HVD, verb, node, "--cluster", f"{self.head}:{PORT}",
+                                  "--cluster-dir", creds])
+
+        until(r"step \d+ size 3 ")
+        # a driver's certificate cannot drain; an unknown node is named
+        rc, out, err = drain("drain", names[1], creds=self.driver_dir)
+        self.assertEqual(rc, 1)
+        self.assertIn("holds no admin certificate", err)
+        rc, out, err = drain("drain", "nope")
+        self.assertEqual(rc, 1)
+        self.assertIn("no node named 'nope' in the cluster", err)
+        # drain host 1: the job shrinks to the others at its next commit
+        rc, out, err = drain("drain", names[1])
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"drained '{names[1]}'", out)
+        until(r"step \d+ size 2 ")
+        self.wait_for("host 1 drained", lambda: self.table()[names[1]]["state"] == "drained")
+        # nothing new is placed there: a one-rank job finds no free slot
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
+                                      "--cluster", f"{self.head}:{PORT}", "-np", "1",
+                                      "--slot-wait", "1", "--", "true"])
+        self.assertEqual(rc, 1)
+        self.assertIn("waited for 1 slot: 0 free of 2", err)
+        # undrain: the job grows back onto it
+        rc, out, err = drain("undrain", names[1])
+        self.assertEqual(rc, 0, err)
+        until(r"step \d+ size 3 ")
+        # SIGTERM to an agent with --drain-grace (a spot VM's notice): the job leaves it, the
+        # agent exits once its rank is gone, well before the grace
+        os.killpg(spot.pid, 15)
+        until(r"step \d+ size 2 ")
+        self.assertEqual(spot.wait(timeout=30), 0)
+        self.assertIn("drained: no ranks left", self.drains[2].text())
+        out, err = p.communicate(timeout=120)
+        text = "".join(seen) + out
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("elastic run done: 700 steps, checksum 245350", text)
+        self.assertRegex(err, rf"\(removed {names[1]}\)")
+        self.assertRegex(err, rf"\(removed {names[2]}\)")
+
     def test_joins_that_must_not_happen_are_refused_with_one_line_and_exit_1(self):
         names = [x["name"] for x in self.h.hosts]
         self.agent(0)
