@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <map>
+#include <set>
 #include <random>
 #include <unistd.h>
 
@@ -27,6 +28,16 @@ int64_t unix_ms() {
 }
 
 long unix_s() { return static_cast<long>(unix_ms() / 1000); }
+
+// A random 64-bit value: the tokens that tell an actor's own messages (its timers, a
+// member's news) from what any connected peer could send it by guessing its actor id.
+uint64_t random_token() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  uint64_t t = 0;
+  while (t == 0)
+    t = rng();
+  return t;
+}
 
 // Rows of agents that are gone stay visible this long (status says lost or left).
 constexpr int64_t keep_gone_ms = 10 * 60 * 1000;
@@ -66,11 +77,23 @@ void say(const node_settings& n, const std::string& line) {
 
 struct table_state {
   membership_table table;
-  std::map<caf::actor_addr, uint64_t> members; // joiners, by the id the table knows them by
-  std::map<uint64_t, caf::actor> joiners;       // ... and their handles (to tell them)
+  struct member {
+    caf::actor joiner; // monitored: its end is the member's loss
+    uint64_t token = 0; // given at its join; its news and its leaving carry it
+  };
+  std::map<uint64_t, member> members; // by the id the table knows them by
+  std::map<uint64_t, uint64_t> by_token;
   uint64_t next_member = 1;
+  uint64_t timer = random_token(); // only its own timer messages carry it
   std::string join_target;
-  std::map<caf::actor_addr, std::string> placers; // drivers that hold placed jobs
+  // drivers that hold placed jobs: (owner, job) each
+  std::map<caf::actor_addr, std::set<std::pair<std::string, std::string>>> placers;
+  void forget(uint64_t id) {
+    if (auto m = members.find(id); m != members.end()) {
+      by_token.erase(m->second.token);
+      members.erase(m);
+    }
+  }
   static inline const char* name = "cluster-table";
 };
 
@@ -113,34 +136,37 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
       }
     };
     refresh_self();
-    self->send(self, deadline_atom::value, uint64_t{0});
+    self->send(self, deadline_atom::value, st.timer);
     self->set_down_handler([self](caf::down_msg& dm) {
       auto& st = self->state;
       if (auto p = st.placers.find(dm.source); p != st.placers.end()) {
-        st.table.release(p->second);
+        for (auto& [owner, job] : p->second)
+          st.table.release(job, owner);
         st.placers.erase(p);
-        return;
       }
-      auto it = st.members.find(dm.source);
-      if (it == st.members.end())
-        return;
-      for (auto& name : st.table.gone(it->second, false, unix_ms()))
-        say(settings_of(self->system()),
-            fmt::format("node '{}' is lost (its link broke)", printable(name)));
-      st.joiners.erase(it->second);
-      st.members.erase(it);
+      std::vector<uint64_t> lost;
+      for (auto& [id, m] : st.members)
+        if (m.joiner.address() == dm.source)
+          lost.push_back(id);
+      for (auto id : lost) {
+        for (auto& name : st.table.gone(id, false, unix_ms()))
+          say(settings_of(self->system()),
+              fmt::format("node '{}' is lost (its link broke)", printable(name)));
+        st.forget(id);
+      }
     });
     return {
         [self, node_id](join_atom, caf::actor& joiner, member_info& info,
-                        signed_ticket& ticket) -> std::string {
+                        signed_ticket& ticket) -> join_answer {
           auto& st = self->state;
           auto& n = settings_of(self->system());
+          auto refuse = [](std::string why) { return join_answer{std::move(why), 0}; };
           if (!st.join_target.empty())
-            return fmt::format("the agent '{}' holds no table: it joined the cluster at {}; join "
-                               "that one",
-                               n.name, st.join_target);
+            return refuse(fmt::format("the agent '{}' holds no table: it joined the cluster at "
+                                      "{}; join that one",
+                                      n.name, st.join_target));
           if (!joiner)
-            return "no joiner given";
+            return refuse("no joiner given");
           ticket_holder holder;
           if (n.creds) {
             try {
@@ -148,12 +174,12 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                                                   node_id);
             } catch (const std::exception& e) {
               say(n, fmt::format("refused a join as '{}': {}", printable(info.name), e.what()));
-              return fmt::format("the join ticket was refused: {}", e.what());
+              return refuse(fmt::format("the join ticket was refused: {}", e.what()));
             }
             if (holder.subject != info.name) {
               say(n, fmt::format("refused a join as '{}': its ticket names '{}'",
                                  printable(info.name), printable(holder.subject)));
-              return "the join ticket names another node";
+              return refuse("the join ticket names another node");
             }
           } else {
             holder.shared = true; // --insecure: nothing proves a name
@@ -161,34 +187,29 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           try {
             info.labels = parse_labels(info.labels);
           } catch (const std::exception& e) {
-            return e.what();
+            return refuse(e.what());
           }
-          auto addr = joiner.address();
-          auto [it, fresh] = st.members.emplace(addr, st.next_member);
-          if (fresh) {
-            ++st.next_member;
-            self->monitor(joiner);
-            st.joiners[it->second] = joiner;
-          }
-          auto why = st.table.join(it->second, info, holder, unix_ms());
+          // Every join is a member of its own (a joiner handle proves nothing: a peer can
+          // name another's), known by the token it gets back.
+          auto id = st.next_member++;
+          auto why = st.table.join(id, info, holder, unix_ms());
           if (!why.empty()) {
             say(n, fmt::format("refused a join as '{}': {}", printable(info.name), why));
-            if (fresh) {
-              self->demonitor(joiner);
-              st.joiners.erase(it->second);
-              st.members.erase(it);
-            }
-            return why;
+            return refuse(why);
           }
+          auto token = random_token();
+          st.members[id] = {joiner, token};
+          st.by_token[token] = id;
+          self->monitor(joiner);
           say(n, fmt::format("node '{}' joined from {}:{}{}", printable(info.name),
                              printable(info.address), info.port,
                              holder.shared ? " (a shared certificate)" : ""));
-          return {};
+          return join_answer{{}, token};
         },
-        [self](update_atom, member_info& info) {
+        [self](update_atom, uint64_t token, member_info& info) {
           auto& st = self->state;
-          auto it = st.members.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
-          if (it == st.members.end())
+          auto it = st.by_token.find(token);
+          if (it == st.by_token.end())
             return; // not joined (or lost meanwhile): its joiner joins again
           try {
             info.labels = parse_labels(info.labels);
@@ -197,17 +218,16 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           }
           st.table.update(it->second, info, unix_ms());
         },
-        [self](left_atom, const std::string& name) {
+        [self](left_atom, uint64_t token, const std::string& name) {
           auto& st = self->state;
-          auto it = st.members.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
-          if (it == st.members.end())
+          auto it = st.by_token.find(token);
+          if (it == st.by_token.end())
             return;
-          st.table.gone(it->second, true, unix_ms());
+          auto id = it->second;
+          st.table.gone(id, true, unix_ms());
           say(settings_of(self->system()),
               fmt::format("node '{}' left (its agent stops)", printable(name)));
-          self->demonitor(caf::actor_cast<caf::actor_addr>(self->current_sender()));
-          st.joiners.erase(it->second);
-          st.members.erase(it);
+          st.forget(id);
         },
         [self, node_id, refresh_self](table_atom,
                                       signed_ticket& ticket) -> caf::result<cluster_view> {
@@ -242,12 +262,14 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                                   n.name, st.join_target);
             return p;
           }
+          std::string owner;
           if (n.creds) {
             try {
               auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::driver,
                                                        "place", node_id);
               if (holder.subject != r.job)
                 throw credentials_error("it names another job");
+              owner = holder.name;
             } catch (const std::exception& e) {
               p.error = fmt::format("the agent refused the request: {}", e.what());
               return p;
@@ -264,14 +286,18 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
             return p;
           }
           refresh_self();
-          p = st.table.place(r, unix_ms());
+          // A driver asks to hold slots for at most an hour before its ranks run.
+          r.hold_ms = std::min<uint32_t>(r.hold_ms, 3'600'000);
+          p = st.table.place(r, unix_ms(), owner);
           for (auto& h : p.hosts)
             h.holder = h.name == n.name;
           if (!p.hosts.empty()) {
             auto driver = caf::actor_cast<caf::actor_addr>(self->current_sender());
-            if (driver && !st.placers.count(driver)) {
-              st.placers.emplace(driver, r.job);
-              self->monitor(driver);
+            if (driver) {
+              auto [it, fresh] = st.placers.try_emplace(driver);
+              it->second.emplace(owner, r.job);
+              if (fresh)
+                self->monitor(driver);
             }
             std::string where;
             for (auto& h : p.hosts)
@@ -325,7 +351,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           if (n.creds) {
             try {
               auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::admin,
-                                                       "drain", node_id);
+                                                       on ? "drain" : "undrain", node_id);
               if (holder.subject != name)
                 throw credentials_error("it names another node");
             } catch (const std::exception& e) {
@@ -340,17 +366,20 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           if (name == n.name)
             n.draining->store(on);
           else if (auto m = st.table.member_of(name))
-            if (auto j = st.joiners.find(*m); j != st.joiners.end())
-              caf::anon_send(j->second, drain_atom::value, on);
+            if (auto j = st.members.find(*m); j != st.members.end())
+              // the node checks the administrator's ticket itself
+              caf::anon_send(j->second.joiner, drain_atom::value, on, ticket);
           say(n, fmt::format("node '{}' {}", printable(name),
                              on ? "is drained: no new ranks, elastic jobs leave it"
                                 : "is back in placement (undrained)"));
           return {};
         },
-        [self, refresh_self](deadline_atom, uint64_t) {
+        [self, refresh_self](deadline_atom, uint64_t token) {
+          if (token != self->state.timer)
+            return; // not its own timer
           refresh_self();
           self->state.table.expire(unix_ms(), keep_gone_ms);
-          self->delayed_send(self, report_tick, deadline_atom::value, uint64_t{0});
+          self->delayed_send(self, report_tick, deadline_atom::value, token);
         },
     };
   });
@@ -375,6 +404,9 @@ struct joiner_state {
   int64_t conflict_since = 0; // the name was held by a live agent since
   std::string last_problem;   // said once until it changes
   int attempts = 0;           // failed tries since the last join (the backoff's exponent)
+  uint64_t timer = 0;         // its own timer messages carry it
+  uint64_t stop_token = 0;    // its agent's "left" carries it
+  uint64_t member_token = 0;  // the table's: its news and its leaving carry it
   static inline const char* name = "cluster-joiner";
 };
 
@@ -409,7 +441,8 @@ void retry(joiner_ptr self, const std::string& why, bool definite) {
         fmt::format("cannot join the cluster at {} ({}); trying again", st.target, why));
     st.last_problem = why;
   }
-  self->delayed_send(self, retry_delay(st.attempts++), deadline_atom::value, uint64_t{1});
+  self->delayed_send(self, retry_delay(st.attempts++), deadline_atom::value, uint64_t{1},
+                     st.timer);
 }
 
 void try_join(joiner_ptr self) {
@@ -449,9 +482,10 @@ void try_join(joiner_ptr self) {
             self->request(table, std::chrono::seconds(5), join_atom::value,
                           caf::actor_cast<caf::actor>(self), info, ticket)
                 .then(
-                    [self, table, info](std::string& why) {
+                    [self, table, info](join_answer& answer) {
                       auto& st = self->state;
                       auto& n = settings_of(self->system());
+                      auto& why = answer.error;
                       if (!why.empty()) {
                         // A name still held may be this agent's own previous run, not yet
                         // seen as lost: it is tried again for a link timeout and a bit.
@@ -466,6 +500,7 @@ void try_join(joiner_ptr self) {
                       }
                       st.conflict_since = 0;
                       st.attempts = 0;
+                      st.member_token = answer.token;
                       st.connecting = false;
                       st.joined = true;
                       st.table = table;
@@ -499,9 +534,13 @@ void try_join(joiner_ptr self) {
 
 } // namespace
 
-caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_t port, bool tls) {
-  return sys.spawn([host, port, tls](caf::stateful_actor<joiner_state>* self) -> caf::behavior {
+caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_t port, bool tls,
+                        uint64_t stop_token) {
+  return sys.spawn([host, port, tls, stop_token](
+                       caf::stateful_actor<joiner_state>* self) -> caf::behavior {
     auto& st = self->state;
+    st.timer = random_token();
+    st.stop_token = stop_token;
     st.host = host;
     st.port = port;
     st.tls = tls;
@@ -518,40 +557,61 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
       say(settings_of(self->system()),
           fmt::format("lost the cluster's table at {}; joining again", st.target));
       // every member lost it at once: the first tries spread over a quarter second
-      self->delayed_send(self, retry_delay(0) / 2, deadline_atom::value, uint64_t{1});
+      self->delayed_send(self, retry_delay(0) / 2, deadline_atom::value, uint64_t{1}, st.timer);
     });
-    self->send(self, deadline_atom::value, uint64_t{1});
-    self->send(self, deadline_atom::value, uint64_t{2});
+    self->send(self, deadline_atom::value, uint64_t{1}, st.timer);
+    self->send(self, deadline_atom::value, uint64_t{2}, st.timer);
     return {
-        // 1: try to join; 2: report news
-        [self](deadline_atom, uint64_t what) {
+        // 1: try to join; 2: report news (only its own timer: the token)
+        [self](deadline_atom, uint64_t what, uint64_t token) {
           auto& st = self->state;
+          if (token != st.timer)
+            return;
           if (what == 1)
             return try_join(self);
-          self->delayed_send(self, report_tick, deadline_atom::value, uint64_t{2});
+          self->delayed_send(self, report_tick, deadline_atom::value, uint64_t{2}, token);
           if (!st.joined)
             return;
           auto info = local_member(self->system(), st.address);
           auto now = unix_ms();
           if (same_report(info, st.sent) && now - st.sent_ms < report_anyway_ms)
             return;
-          self->send(st.table, update_atom::value, info);
+          self->send(st.table, update_atom::value, st.member_token, info);
           st.sent = std::move(info);
           st.sent_ms = now;
         },
-        // An administrator drained (or undrained) this node through the table.
-        [self](drain_atom, bool on) {
+        // An administrator drained (or undrained) this node through the table: the
+        // administrator's own ticket, for this node, made for the table it joined.
+        [self](drain_atom, bool on, signed_ticket& ticket) {
+          auto& st = self->state;
           auto& n = settings_of(self->system());
+          if (n.creds) {
+            try {
+              if (!st.table)
+                throw credentials_error("this agent has not joined");
+              auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::admin,
+                                                       on ? "drain" : "undrain",
+                                                       to_string(st.table.node()));
+              if (holder.subject != n.name)
+                throw credentials_error("it names another node");
+            } catch (const std::exception& e) {
+              say(n, fmt::format("ignored a {} request: {}", on ? "drain" : "undrain", e.what()));
+              return;
+            }
+          }
           n.draining->store(on);
           say(n, on ? "drained by the cluster's administrator: no new jobs; running ranks go on"
                     : "undrained: it takes jobs again");
         },
         // The agent stops: the table hears it from here, not from a broken link.
-        [self](left_atom) -> caf::result<bool> {
+        [self](left_atom, uint64_t token) -> caf::result<bool> {
           auto& st = self->state;
+          if (token != st.stop_token)
+            return false; // not from its agent
           st.stopping = true;
           if (st.joined)
-            self->send(st.table, left_atom::value, settings_of(self->system()).name);
+            self->send(st.table, left_atom::value, st.member_token,
+                       settings_of(self->system()).name);
           return st.joined;
         },
     };

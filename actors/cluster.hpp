@@ -23,7 +23,9 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
 /// Joins the cluster whose table is at host:port and stays joined (see above). The first
 /// join's definite refusals (another cluster, not a caf-hvd agent, a certificate of
 /// another name, a name held by a live agent past the link timeout) go to the node
-/// settings' `fatal`. Sending it `left_atom` tells the table that the agent stops.
-caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_t port, bool tls);
+/// settings' `fatal`. Sending it (left_atom, stop_token) tells the table that the agent
+/// stops (the token, the caller's secret, keeps peers from sending it).
+caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_t port, bool tls,
+                        uint64_t stop_token);
 
 } // namespace cafhvd

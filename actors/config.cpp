@@ -42,9 +42,12 @@ hvd_config::hvd_config() {
   add_message_type<cluster_view>("cafhvd::cluster_view");
   add_message_type<placement_request>("cafhvd::placement_request");
   add_message_type<placement>("cafhvd::placement");
+  add_message_type<join_answer>("cafhvd::join_answer");
   add_actor_type(colocator_type_name, colocator_fn);
-  // A foreign CAF application that finds the port is refused at the handshake.
-  set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/1"});
+  // A foreign CAF application that finds the port is refused at the handshake, and so is
+  // a caf-hvd from before tickets (2): it would take a joining agent's node certificate
+  // for a driver's.
+  set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/2"});
   // Two scheduler threads fit this kind of machine; more only adds polling.
   set("scheduler.max-threads", size_t{2});
   // The sharing scheduler: idle workers sleep on a condition variable and wake when work

@@ -146,6 +146,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
       // back with probed_atom.
       [=](probe_atom, std::vector<probe_target>& targets,
           std::vector<std::string>& wanted) -> caf::result<std::vector<probe_result>> {
+        if (!self->state.refused.empty())
+          return caf::make_error(caf::sec::runtime_error, self->state.refused);
         auto& n = settings_of(self->system());
         std::vector<interface_addr> local;
         try {
@@ -170,7 +172,9 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         it->second.deliver(std::move(results));
         self->state.probes.erase(it);
       },
-      [=](port_atom) -> int32_t { return find_free_port(); },
+      [=](port_atom) -> int32_t {
+        return self->state.refused.empty() ? find_free_port() : 0;
+      },
       [=](gpu_atom, uint32_t count) -> gpu_lease {
         auto& n = settings_of(self->system());
         gpu_lease lease;

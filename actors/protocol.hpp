@@ -493,15 +493,27 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
   return f(caf::meta::type_name("placement"), x.error, x.waiting, x.waiting_for, x.hosts);
 }
 
+/// The table's answer to a join: "" and the member's token (its news and its leaving
+/// carry it), or why not.
+struct join_answer {
+  std::string error;
+  uint64_t token = 0;
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, join_answer& x) {
+  return f(caf::meta::type_name("join_answer"), x.error, x.token);
+}
+
 /// The actor every node agent publishes on its port. The agent others join holds the
 /// cluster's table; one that joined another answers `table` with where that one is.
 using cluster_actor = caf::typed_actor<
     // an agent joins (its joiner actor, which the table monitors; what it reports; a
     // ticket signed with its node key, purpose "join", audience the table's node id,
     // subject its name): "" or why not
-    caf::replies_to<join_atom, caf::actor, member_info, signed_ticket>::with<std::string>,
-    caf::reacts_to<update_atom, member_info>, // a joined agent's news (once a second at most)
-    caf::reacts_to<left_atom, std::string>,   // a joined agent stops (its name)
+    caf::replies_to<join_atom, caf::actor, member_info, signed_ticket>::with<join_answer>,
+    // a joined agent's news (its token, what it reports), at most 4 a second
+    caf::reacts_to<update_atom, uint64_t, member_info>,
+    caf::reacts_to<left_atom, uint64_t, std::string>, // a joined agent stops (token, name)
     // the table, for a driver (ticket purpose "status", audience the table's node id)
     caf::replies_to<table_atom, signed_ticket>::with<cluster_view>,
     // slots for a job (driver ticket: purpose "place", subject the job id); a waiting job
@@ -513,9 +525,10 @@ using cluster_actor = caf::typed_actor<
     caf::replies_to<discover_atom, std::string, std::vector<std::string>,
                     signed_ticket>::with<placement>,
     // an administrator drains (true) or undrains a node (its name; an admin ticket,
-    // purpose "drain", subject the node): "" or why not
+    // purpose "drain" or "undrain", subject the node): "" or why not; the table passes
+    // the ticket on to that node's joiner, which checks it too
     caf::replies_to<drain_atom, std::string, bool, signed_ticket>::with<std::string>,
-    caf::reacts_to<deadline_atom, uint64_t>>; // its own timer
+    caf::reacts_to<deadline_atom, uint64_t>>; // its own timer (with its random token)
 
 /// Names under which node agents offer actors for remote spawn.
 inline constexpr const char* colocator_type_name = "colocator";

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -221,6 +222,7 @@ int start_node(const node_options& o) {
                                    caf::actor_cast<caf::actor>(table));
   int rc = 0;
   caf::actor joiner;
+  uint64_t stop_token = std::random_device{}() * 4294967296ull + std::random_device{}() + 1;
   if (!opened) {
     std::cerr << fmt::format("caf-hvd node: cannot listen on {}:{}: {}\n",
                              bind.empty() ? "*" : bind, port, bind_problem(bind, port));
@@ -233,7 +235,7 @@ int start_node(const node_options& o) {
     cfg.node->port = *opened;
     if (!o.join_host.empty())
       joiner = spawn_joiner(sys, o.join_host, static_cast<uint16_t>(o.join_port),
-                            creds.has_value());
+                            creds.has_value(), stop_token);
     if (o.exit_on_stdin_eof) {
       std::thread{[name] {
         char buf[256];
@@ -316,7 +318,7 @@ int start_node(const node_options& o) {
                                name, strsignal(sig));
     caf::scoped_actor leaving{sys};
     if (joiner) // the table hears that this agent stops, not only that its link broke
-      leaving->request(joiner, std::chrono::seconds(2), left_atom::value)
+      leaving->request(joiner, std::chrono::seconds(2), left_atom::value, stop_token)
           .receive([](bool) {}, [](caf::error&) {});
     // Ranks stop as a driver stops them (SIGTERM, the job's grace, SIGKILL) and their
     // exits reach the drivers, saying that this agent stopped them.

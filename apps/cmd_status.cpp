@@ -143,7 +143,8 @@ int run_drain(int argc, char** argv, bool drain) {
       signed_ticket ticket;
       if (creds)
         ticket = net::module().sign_ticket(
-            *creds, ticket_body("drain", to_string(t->second), node, unix_s()));
+            *creds, ticket_body(drain ? "drain" : "undrain", to_string(t->second), node,
+                                unix_s()));
       self->request(t->first, std::chrono::seconds(10), drain_atom::value, node, drain, ticket)
           .receive([&](std::string& why) { error = why; },
                    [&](caf::error& e) { error = sys.render(e); });

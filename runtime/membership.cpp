@@ -299,8 +299,11 @@ bool has_labels(const member_info& m, const std::vector<std::string>& wanted) {
   });
 }
 
-// What placement may give of a node: its --slots, else one slot per processor.
-uint32_t capacity_of(const member_info& m) { return m.slots ? m.slots : std::max(1u, m.cpus); }
+// What placement may give of a node: its --slots, else one slot per processor (at most
+// 65,536 either way: a node's word, not a way to take every job).
+uint64_t capacity_of(const member_info& m) {
+  return std::min<uint64_t>(65536, m.slots ? m.slots : std::max(1u, m.cpus));
+}
 
 } // namespace
 
@@ -330,15 +333,26 @@ void membership_table::settle(int64_t now_ms, int64_t forget_ms) {
                queue_.end());
 }
 
-placement membership_table::place(const placement_request& r, int64_t now_ms, int64_t forget_ms) {
+placement membership_table::place(const placement_request& r, int64_t now_ms,
+                                  const std::string& owner, int64_t forget_ms) {
   settle(now_ms, forget_ms);
   placement p;
   if (r.np == 0) {
     p.error = "a job needs at least 1 rank";
     return p;
   }
-  if (auto it = held_.find(r.job); it != held_.end())
+  if (auto it = held_.find(r.job); it != held_.end()) {
+    if (it->second.owner != owner) {
+      p.error = fmt::format("job id {} is another owner's", printable(r.job));
+      return p;
+    }
     return it->second.answer; // asked again after it was placed: the same answer
+  }
+  for (auto& q : queue_)
+    if (q.job == r.job && q.owner != owner) {
+      p.error = fmt::format("job id {} is another owner's", printable(r.job));
+      return p;
+    }
   // Free slots per matching node: capacity less what its agent reports and what is held
   // for jobs placed but not running there yet.
   struct cand {
@@ -347,13 +361,13 @@ placement membership_table::place(const placement_request& r, int64_t now_ms, in
     uint32_t free;
   };
   std::vector<cand> nodes;
-  uint32_t capacity = 0, free = 0;
-  std::map<std::string, uint32_t> holders; // job -> slots it holds on matching nodes
+  uint64_t capacity = 0, free = 0;
+  std::map<std::string, uint64_t> holders; // job -> slots it holds on matching nodes
   for (auto& [name, e] : rows_) {
     auto& m = e.row.info;
     if (e.row.state != "alive" || m.draining || e.row.drained || !has_labels(m, r.labels))
       continue;
-    uint32_t used = 0;
+    uint64_t used = 0;
     for (auto& j : m.jobs) {
       used += j.ranks;
       holders[j.job] += j.ranks;
@@ -371,7 +385,7 @@ placement membership_table::place(const placement_request& r, int64_t now_ms, in
       }
     auto cap = capacity_of(m);
     capacity += cap;
-    auto f = used >= cap ? 0 : cap - used;
+    auto f = static_cast<uint32_t>(used >= cap ? 0 : cap - used);
     free += f;
     nodes.push_back({name, &e.row, f});
   }
@@ -389,7 +403,7 @@ placement membership_table::place(const placement_request& r, int64_t now_ms, in
   // First come, first served: a job waits behind those that asked before it.
   auto q = std::find_if(queue_.begin(), queue_.end(), [&](auto& a) { return a.job == r.job; });
   if (q == queue_.end())
-    q = queue_.insert(queue_.end(), asked{r.job, now_ms});
+    q = queue_.insert(queue_.end(), asked{r.job, owner, now_ms});
   q->last_ms = now_ms;
   auto ahead = static_cast<size_t>(q - queue_.begin());
   if (free < r.np || ahead > 0) {
@@ -429,6 +443,7 @@ placement membership_table::place(const placement_request& r, int64_t now_ms, in
     }
   }
   held h;
+  h.owner = owner;
   h.until_ms = now_ms + r.hold_ms;
   for (auto& n : nodes)
     if (auto it = take.find(n.name); it != take.end() && it->second > 0) {
@@ -450,7 +465,7 @@ std::vector<placed_host> membership_table::available(const std::string& job,
     auto& m = e.row.info;
     if (e.row.state != "alive" || m.draining || e.row.drained || !has_labels(m, labels))
       continue;
-    uint32_t others = 0;
+    uint64_t others = 0;
     for (auto& j : m.jobs)
       if (j.job != job)
         others += j.ranks;
@@ -465,14 +480,16 @@ std::vector<placed_host> membership_table::available(const std::string& job,
         }
     auto cap = capacity_of(m);
     if (others < cap)
-      out.push_back({name, m.address, m.port, cap - others, false});
+      out.push_back({name, m.address, m.port, static_cast<uint32_t>(cap - others), false});
   }
   return out;
 }
 
-void membership_table::release(const std::string& job) {
-  held_.erase(job);
-  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](auto& q) { return q.job == job; }),
+void membership_table::release(const std::string& job, const std::string& owner) {
+  if (auto it = held_.find(job); it != held_.end() && it->second.owner == owner)
+    held_.erase(it);
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
+                              [&](auto& q) { return q.job == job && q.owner == owner; }),
                queue_.end());
 }
 

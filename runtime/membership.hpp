@@ -147,9 +147,12 @@ public:
   /// asked, and a job asks again (the same request) until it is placed; one that has not
   /// asked for `forget_ms` loses its place. A placed job's slots are held for it (no other
   /// job gets them) until the agents report its ranks there or `hold_ms` passes.
-  placement place(const placement_request& r, int64_t now_ms, int64_t forget_ms = 5000);
+  /// `owner`: the name of the driver certificate that asks (a job id held or queued for
+  /// another owner is refused, so no driver takes or frees another's job by its id).
+  placement place(const placement_request& r, int64_t now_ms, const std::string& owner = {},
+                  int64_t forget_ms = 5000);
   /// The job's driver is gone: slots held for it are free (its agents free theirs).
-  void release(const std::string& job);
+  void release(const std::string& job, const std::string& owner = {});
   /// An elastic job's discovery: every live node (with `labels`, not draining) and the
   /// slots `job` may use there (capacity less other jobs' ranks and holds), those with
   /// none left out.
@@ -158,13 +161,14 @@ public:
 
 private:
   struct held {
+    std::string owner;
     std::map<std::string, uint32_t> slots; // node -> slots not yet reported by its agent
     int64_t until_ms = 0;
     placement answer;
   };
   std::map<std::string, held> held_; // by job
   struct asked {
-    std::string job;
+    std::string job, owner;
     int64_t last_ms = 0;
   };
   std::vector<asked> queue_;

@@ -219,6 +219,28 @@ TEST_CASE_FIXTURE(fixture, "an agent with credentials runs nothing for a spawn w
       node_answer(*this, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", me,
                                                                            "job-2", now))));
   CHECK(other_job.find("it names job 'job-2'") != std::string::npos);
+  {
+    // what a driver asks next gets the refusal too: no worker, no launch
+    auto refused = spawn("job-1", signed_ticket{});
+    caf::scoped_actor self{sys};
+    self->send(refused, workers_atom::value, std::vector<uint32_t>{0});
+    sched.run();
+    size_t workers = 99;
+    self->receive([&](std::vector<worker_actor>& ws) { workers = ws.size(); },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    CHECK(workers == 0);
+    launch_batch b;
+    b.argv = {"/usr/bin/touch", "/tmp/never"};
+    b.slots = {0};
+    b.envs = {{}};
+    self->send(refused, launch_atom::value, b);
+    sched.run();
+    std::string launch = "no answer";
+    self->receive([&](std::vector<int32_t>&) { launch = "launched"; },
+                  [&](caf::error& e) { launch = sys.render(e); },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    CHECK(launch.find("refused to run job job-1") != std::string::npos);
+  }
   CHECK(cfg.node->jobs->snapshot().empty()); // none of them counts as a job here
   // alice's own ticket for this agent and job: the colocator serves, the job shows
   auto ok = spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", me, "job-1", now)));

@@ -211,3 +211,24 @@ TEST_CASE("node book: --slots counts every job's ranks on the node; each holds a
   unlimited.open(1, {"j1", "", 0, {}, 0});
   CHECK(unlimited.take(1, 5, why).size() == 5);
 }
+
+TEST_CASE("placement: a job id is its owner's: another driver neither takes nor frees it") {
+  membership_table t;
+  CHECK(t.join(1, node("ha", 2), cert("ha"), 0) == "");
+  CHECK(where(t.place(job("j1", 2), 1000, "alice")) == "ha:2");
+  // bob read j1's id off status and asks under it: refused, nothing of alice's changes
+  CHECK(where(t.place(job("j1", 2), 1100, "bob")) == "error: job id j1 is another owner's");
+  t.release("j1", "bob");
+  CHECK(where(t.place(job("j2", 1), 1200, "bob")) == "waiting for 1 slot: 0 free of 2, 2 held "
+                                                       "by job j1");
+  // ... nor jump into its place in line
+  CHECK(where(t.place(job("j2", 1), 1300, "carol")) == "error: job id j2 is another owner's");
+  t.release("j1", "alice");
+  CHECK(where(t.place(job("j2", 1), 1400, "bob")) == "ha:1");
+  // a node's word on its slots is capped, and sums do not wrap
+  membership_table big;
+  auto huge = node("hx", 0xffffffffu);
+  CHECK(big.join(1, huge, cert("hx"), 0) == "");
+  CHECK(big.join(2, node("hy", 0xffffffffu), cert("hy"), 0) == "");
+  CHECK(where(big.place(job("j", 70000, true), 10, "alice")) == "hx:35000,hy:35000");
+}
