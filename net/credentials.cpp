@@ -518,10 +518,15 @@ ticket_holder check_ticket(const cluster_credentials& creds, const signed_ticket
   std::unique_ptr<X509_STORE, deleter<X509_STORE, X509_STORE_free>> store{X509_STORE_new()};
   auto ca = read_cert(creds.ca_cert);
   X509_STORE_add_cert(store.get(), ca.get());
-  if (!creds.crl.empty()) {
-    FILE* f = std::fopen(creds.crl.c_str(), "r");
+  // The directory's list as it is now (read for every ticket: a crl.pem that appeared or
+  // changed since the process started counts at once; OpenSSL checks its signature).
+  auto crl_path = !creds.crl.empty()                   ? creds.crl
+                  : exists(creds.dir + "/crl.pem") ? creds.dir + "/crl.pem"
+                                                       : std::string{};
+  if (!crl_path.empty()) {
+    FILE* f = std::fopen(crl_path.c_str(), "r");
     if (!f)
-      throw credentials_error(fmt::format("cannot read {}: {}", creds.crl, std::strerror(errno)));
+      throw credentials_error(fmt::format("cannot read {}: {}", crl_path, std::strerror(errno)));
     while (X509_CRL* crl = PEM_read_X509_CRL(f, nullptr, nullptr, nullptr)) {
       X509_STORE_add_crl(store.get(), crl);
       X509_CRL_free(crl);
