@@ -218,6 +218,17 @@ TEST_CASE("tickets: who signed a statement, checked against the cluster, not the
   auto stale = sign_ticket(alice, ticket_body("colocator", "NODE-ID#1", "job-7", now - 3600));
   CHECK(refused(stale, cert_role::driver, "colocator", "NODE-ID#1").find("more than five minutes")
         != std::string::npos);
+  // ... or one made for later (a clock far ahead, or a ticket made to be replayed then)
+  auto early = sign_ticket(alice, ticket_body("colocator", "NODE-ID#1", "job-7", now + 3600));
+  CHECK(refused(early, cert_role::driver, "colocator", "NODE-ID#1").find("more than five minutes")
+        != std::string::npos);
+  // a body that is not a ticket's, signed all the same
+  auto odd = sign_ticket(alice, "colocator\nNODE-ID#1\njob-7\n" + std::to_string(now) + "\n");
+  CHECK(refused(odd, cert_role::driver, "colocator", "NODE-ID#1")
+        == "the ticket is not a caf-hvd ticket");
+  auto extra = sign_ticket(alice, body + "more\n");
+  CHECK(refused(extra, cert_role::driver, "colocator", "NODE-ID#1")
+        == "the ticket is not a caf-hvd ticket");
   // a revoked driver's tickets stop counting where the new list is, also for an agent
   // that started before the cluster had any list
   revoke_credentials(dir, "d2");
