@@ -575,13 +575,16 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             self.assertIn("certificate 'bob' is a driver certificate; a driver connects only to "
                           "node agents", err)
 
-            # Revoked: bob is refused once the agent reloads the list; alice still drives,
-            # and the agent keeps running.
+            # Revoked: bob runs nothing from the moment the list is in the agent's directory
+            # (his ticket is checked against it), and his handshake is refused once the
+            # agent reloads it; alice still drives, and the agent keeps running.
             out = self.cluster_cmd("revoke", "bob", c)
             self.assertIn("revoked 1 certificate(s) named 'bob'", out)
             self.assertTrue(os.path.exists(f"{h1}/crl.pem"))
             rc, _, err = drive(f"{d}/bob", "--", "echo", "before-reload")
-            self.assertEqual(rc, 0, err)  # the agent has not read the new list yet
+            self.assertEqual(rc, 1, err)
+            self.assertIn("its certificate 'bob' is not valid in this cluster: certificate revoked",
+                          err)
             agent = self.c.nodes["h1"][0]
             os.kill(agent.pid, signal.SIGHUP)
             log = ""
