@@ -99,6 +99,32 @@ struct table_state {
 
 constexpr uint64_t self_member = 0; // the holder's own row
 
+using table_ptr = cluster_actor::stateful_pointer<table_state>;
+
+// Whether this agent holds the table and `ticket` is a `role` ticket for `purpose` at this
+// node naming `subject`: "" (and the signer's name in `signer`) or the refusal to answer.
+std::string admit(table_ptr self, const signed_ticket& ticket, cert_role role,
+                  const char* purpose, const std::string& subject, const char* what,
+                  std::string* signer = nullptr) {
+  auto& n = settings_of(self->system());
+  if (!self->state.join_target.empty())
+    return fmt::format("the agent '{}' holds no table: it joined the cluster at {}", n.name,
+                       self->state.join_target);
+  if (!n.creds)
+    return {};
+  try {
+    auto holder = net::module().check_ticket(*n.creds, ticket, role, purpose,
+                                             to_string(self->system().node()));
+    if (holder.subject != subject)
+      throw credentials_error(fmt::format("it names another {}", what));
+    if (signer)
+      *signer = holder.name;
+  } catch (const std::exception& e) {
+    return fmt::format("the agent refused the request: {}", e.what());
+  }
+  return {};
+}
+
 } // namespace
 
 member_info local_member(caf::actor_system& sys, const std::string& address) {
@@ -257,24 +283,10 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           auto& st = self->state;
           auto& n = settings_of(self->system());
           placement p;
-          if (!st.join_target.empty()) {
-            p.error = fmt::format("the agent '{}' holds no table: it joined the cluster at {}",
-                                  n.name, st.join_target);
-            return p;
-          }
           std::string owner;
-          if (n.creds) {
-            try {
-              auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::driver,
-                                                       "place", node_id);
-              if (holder.subject != r.job)
-                throw credentials_error("it names another job");
-              owner = holder.name;
-            } catch (const std::exception& e) {
-              p.error = fmt::format("the agent refused the request: {}", e.what());
-              return p;
-            }
-          }
+          p.error = admit(self, ticket, cert_role::driver, "place", r.job, "job", &owner);
+          if (!p.error.empty())
+            return p;
           if (!valid_host_name(r.job)) {
             p.error = "the job id is not one";
             return p;
@@ -313,22 +325,9 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           auto& st = self->state;
           auto& n = settings_of(self->system());
           placement p;
-          if (!st.join_target.empty()) {
-            p.error = fmt::format("the agent '{}' holds no table: it joined the cluster at {}",
-                                  n.name, st.join_target);
+          p.error = admit(self, ticket, cert_role::driver, "discover", job, "job");
+          if (!p.error.empty())
             return p;
-          }
-          if (n.creds) {
-            try {
-              auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::driver,
-                                                       "discover", node_id);
-              if (holder.subject != job)
-                throw credentials_error("it names another job");
-            } catch (const std::exception& e) {
-              p.error = fmt::format("the agent refused the request: {}", e.what());
-              return p;
-            }
-          }
           try {
             labels = parse_labels(labels);
           } catch (const std::exception& e) {
@@ -345,19 +344,10 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                                       signed_ticket& ticket) -> std::string {
           auto& st = self->state;
           auto& n = settings_of(self->system());
-          if (!st.join_target.empty())
-            return fmt::format("the agent '{}' holds no table: it joined the cluster at {}",
-                               n.name, st.join_target);
-          if (n.creds) {
-            try {
-              auto holder = net::module().check_ticket(*n.creds, ticket, cert_role::admin,
-                                                       on ? "drain" : "undrain", node_id);
-              if (holder.subject != name)
-                throw credentials_error("it names another node");
-            } catch (const std::exception& e) {
-              return fmt::format("the agent refused the request: {}", e.what());
-            }
-          }
+          if (auto why = admit(self, ticket, cert_role::admin, on ? "drain" : "undrain", name,
+                               "node");
+              !why.empty())
+            return why;
           refresh_self();
           if (auto why = st.table.set_drained(name, on); !why.empty())
             return why;

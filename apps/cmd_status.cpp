@@ -28,42 +28,6 @@ long unix_s() {
                                .count());
 }
 
-// The table at `where`, or an error message.
-std::variant<cluster_view, std::string> fetch(caf::actor_system& sys, const cluster_address& where,
-                                              const std::optional<cluster_credentials>& creds,
-                                              std::chrono::milliseconds timeout) {
-  caf::scoped_actor self{sys};
-  auto peer = fmt::format("{}:{}", where.host, where.port);
-  std::variant<cluster_view, std::string> out{std::string{}};
-  self->request(net::module().connector(sys, creds.has_value()), timeout,
-                caf::connect_atom::value, where.host, where.port)
-      .receive(
-          [&](caf::node_id& nid, caf::strong_actor_ptr& published, std::set<std::string>&) {
-            auto table = caf::actor_cast<cluster_actor>(published);
-            if (!table) {
-              out = fmt::format("{} is a caf-hvd node agent without a cluster table (an older "
-                                "version?)",
-                                peer);
-              return;
-            }
-            signed_ticket ticket;
-            if (creds)
-              ticket = net::module().sign_ticket(
-                  *creds, ticket_body("status", to_string(nid), "status", unix_s()));
-            self->request(table, timeout, table_atom::value, ticket)
-                .receive([&](cluster_view& v) { out = std::move(v); },
-                         [&](caf::error& e) {
-                           out = fmt::format("{} did not give its table: {}", peer,
-                                             sys.render(e));
-                         });
-          },
-          [&](caf::error& e) {
-            out = fmt::format("cannot reach the cluster at {}: {}", peer,
-                              connect_error(sys, e, creds.has_value(), peer));
-          });
-  return out;
-}
-
 // The table actor at `where` and its node, or an error message.
 std::variant<std::pair<cluster_actor, caf::node_id>, std::string>
 table_at(caf::actor_system& sys, caf::scoped_actor& self, const cluster_address& where,
@@ -78,13 +42,53 @@ table_at(caf::actor_system& sys, caf::scoped_actor& self, const cluster_address&
             if (table)
               out = std::make_pair(table, nid);
             else
-              out = fmt::format("{} is a caf-hvd node agent without a cluster table", peer);
+              out = fmt::format("{} is a caf-hvd node agent without a cluster table (an older "
+                                "version?)",
+                                peer);
           },
           [&](caf::error& e) {
             out = fmt::format("cannot reach the cluster at {}: {}", peer,
                               connect_error(sys, e, tls, peer));
           });
   return out;
+}
+
+// The table at `where`, or an error message.
+std::variant<cluster_view, std::string> fetch(caf::actor_system& sys, const cluster_address& where,
+                                              const std::optional<cluster_credentials>& creds,
+                                              std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{sys};
+  auto got = table_at(sys, self, where, creds.has_value(), timeout);
+  auto* t = std::get_if<std::pair<cluster_actor, caf::node_id>>(&got);
+  if (!t)
+    return std::get<std::string>(got);
+  signed_ticket ticket;
+  if (creds)
+    ticket = net::module().sign_ticket(
+        *creds, ticket_body("status", to_string(t->second), "status", unix_s()));
+  std::variant<cluster_view, std::string> out{std::string{}};
+  self->request(t->first, timeout, table_atom::value, ticket)
+      .receive([&](cluster_view& v) { out = std::move(v); },
+               [&](caf::error& e) {
+                 out = fmt::format("{}:{} did not give its table: {}", where.host, where.port,
+                                   sys.render(e));
+               });
+  return out;
+}
+
+// --cluster, else $CAF_HVD_CLUSTER, as an address; a usage error when neither is there.
+cluster_address cluster_option(std::string where, const char* hint) {
+  if (where.empty())
+    if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
+      where = env;
+  if (where.empty())
+    throw usage_error(
+        fmt::format("give the cluster with --cluster HOST[:PORT]{} or set CAF_HVD_CLUSTER", hint));
+  try {
+    return parse_cluster_address(where, default_node_port);
+  } catch (const std::exception& e) {
+    throw usage_error(fmt::format("--cluster '{}': {}", printable(where), e.what()));
+  }
 }
 
 } // namespace
@@ -118,17 +122,7 @@ int run_drain(int argc, char** argv, bool drain) {
     throw usage_error(fmt::format("give the node to {}: caf-hvd {} NODE", verb, verb));
   if (!valid_host_name(node))
     throw usage_error(fmt::format("'{}' is not a node name", printable(node)));
-  if (where.empty())
-    if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
-      where = env;
-  if (where.empty())
-    throw usage_error("give the cluster with --cluster HOST[:PORT] or set CAF_HVD_CLUSTER");
-  cluster_address address;
-  try {
-    address = parse_cluster_address(where, default_node_port);
-  } catch (const std::exception& e) {
-    throw usage_error(fmt::format("--cluster '{}': {}", printable(where), e.what()));
-  }
+  auto address = cluster_option(where, "");
   auto creds = credentials_for({vm.count("insecure") > 0, vm.count("cluster-dir") > 0, cluster},
                                cert_role::admin);
   hvd_config cfg;
@@ -184,20 +178,9 @@ int run_status(int argc, char** argv) {
   if (!parsed)
     return 0;
   auto& vm = *parsed;
-  if (where.empty())
-    if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
-      where = env;
-  if (where.empty())
-    throw usage_error("give the cluster with --cluster HOST[:PORT] (an agent of it) or set "
-                      "CAF_HVD_CLUSTER");
+  auto address = cluster_option(where, " (an agent of it)");
   if (!(timeout > 0 && timeout <= 3600))
     throw usage_error(fmt::format("--timeout {}: give seconds from 0 to 3600", timeout));
-  cluster_address address;
-  try {
-    address = parse_cluster_address(where, default_node_port);
-  } catch (const std::exception& e) {
-    throw usage_error(fmt::format("--cluster '{}': {}", printable(where), e.what()));
-  }
   auto creds = credentials_for({vm.count("insecure") > 0, vm.count("cluster-dir") > 0, cluster},
                                cert_role::driver);
   hvd_config cfg;

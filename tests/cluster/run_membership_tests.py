@@ -33,6 +33,24 @@ def issue(role, name):
     return out
 
 
+def line_reader(p):
+    """until(pattern, timeout) reads p's stdout up to a line matching pattern (failing with
+    the lines read when none comes), and the list of lines read so far."""
+    seen = []
+
+    def until(pattern, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            if re.search(pattern, line):
+                return
+        raise AssertionError(f"no {pattern!r}:\n{''.join(seen)[-2000:]}")
+    return until, seen
+
+
 class Drain(threading.Thread):
     """Reads an agent's output so that it never blocks on a full pipe; keeps the lines."""
 
@@ -295,18 +313,7 @@ class MembershipTest(unittest.TestCase):
              "--step-ms", "20"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.h.procs.append(p)
-        seen = []
-
-        def until(pattern, timeout=60):
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if not line:
-                    break
-                seen.append(line)
-                if re.search(pattern, line):
-                    return
-            raise AssertionError(f"no {pattern!r}:\n{''.join(seen)[-2000:]}")
+        until, seen = line_reader(p)
 
         until(r"step 10 size 2 ")
         self.agent(2, "--slots", "1")  # joins the cluster, so the job's next discovery has it
@@ -369,18 +376,7 @@ class MembershipTest(unittest.TestCase):
              "--step-ms", "20"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.h.procs.append(p)
-        seen = []
-
-        def until(pattern, timeout=60):
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if not line:
-                    break
-                seen.append(line)
-                if re.search(pattern, line):
-                    return
-            raise AssertionError(f"no {pattern!r}:\n{''.join(seen)[-2000:]}")
+        until, seen = line_reader(p)
 
         def drain(verb, node, creds=admin):
             return self.h.run(0, [CAF_HVD, verb, node, "--cluster", f"{self.head}:{PORT}",
