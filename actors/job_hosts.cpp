@@ -565,8 +565,12 @@ void job::on_down(const caf::down_msg& dm) {
     bool was_ready = h.st == ehost::status::ready;
     h.st = ehost::status::lost;
     events_.emit("host.lost", {{"host", h.info.name.empty() ? ep : h.info.name}, {"cause", why}});
-    if (host_end_.count(h.info.name))
-      host_end_[h.info.name] = "lost";
+    // An agent of a host the job removed (a drained node's agent exits once its ranks are
+    // gone) leaves no loss behind unless ranks of the job still ran there.
+    auto end = host_end_.find(h.info.name);
+    bool removed = end != host_end_.end() && end->second == "removed";
+    if (end != host_end_.end() && !removed)
+      end->second = "lost";
     h.colocator = nullptr;
     bool had_ranks = false;
     bool newcomers_only = only_newcomers_on(ep);
@@ -622,7 +626,10 @@ void job::on_down(const caf::down_msg& dm) {
       if (!failure_)
         failure_ = what;
     } else if (was_ready) {
-      say("warning: {}", what);
+      if (removed)
+        log("{} (the job had left that host)", what);
+      else
+        say("warning: {}", what);
       reconsider();
     }
     return maybe_finish();

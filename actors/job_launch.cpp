@@ -352,7 +352,13 @@ void job::on_exit(const rank_exit& ex) {
   exit_status st{ex.code, ex.signal, ex.exec_error};
   auto how = describe_exit(st, ex.stopped_by);
   s->exit_code = st.launcher_code();
-  ++process_ends_[s->exit_code == 0 ? std::string{"exit 0"} : fmt::format("code {}", s->exit_code)];
+  // A rank of a host the job removed (gone from discovery, or drained) is no failure
+  // whatever its exit: a removed Horovod worker aborts in its re-init.
+  auto end = host_end_.find(hosts_.at(s->endpoint).info.name);
+  bool host_removed = end != host_end_.end() && end->second == "removed";
+  ++process_ends_[s->exit_code == 0 ? std::string{"exit 0"}
+                  : host_removed    ? fmt::format("code {} on a removed host", s->exit_code)
+                                    : fmt::format("code {}", s->exit_code)];
   log("rank {} on {} ended: {}", s->rank, s->key, how);
   if (executor())
     fail_calls(*s, loss_cause(*s, how));
@@ -363,7 +369,8 @@ void job::on_exit(const rank_exit& ex) {
                          {"code", st.launcher_code()},
                          {"signal", st.signal},
                          {"generation", gen_.number},
-                         {"retired", s->retired || !is_current(*s) || !in_plan(s->key)}};
+                         {"retired", s->retired || !is_current(*s) || !in_plan(s->key)},
+                         {"host_removed", host_removed}};
     if (!st.exec_error.empty())
       ended["exec_error"] = st.exec_error;
     if (!ex.stopped_by.empty())

@@ -2,6 +2,7 @@
 // node_options value; start_node starts the actor system, opens the port and waits for
 // the signal that stops it (SIGHUP re-reads the credentials).
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -182,6 +183,25 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   return n;
 }
 
+// Why this host's own name does not resolve, or empty. Real Horovod's hvd.init() ends
+// with SIGSEGV on such a host: its process sets' Gloo device is made with no interface,
+// so Gloo looks the host name up and reads the failed lookup's result.
+std::string own_name_problem() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0)
+    return fmt::format("gethostname: {}", std::strerror(errno));
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rv = getaddrinfo(host, nullptr, &hints, &found);
+  if (found)
+    freeaddrinfo(found);
+  if (rv == 0)
+    return {};
+  return fmt::format("this host's name '{}' does not resolve ({})", printable(host),
+                     gai_strerror(rv));
+}
+
 // Runs the agent until SIGINT or SIGTERM; returns the exit code.
 int start_node(const node_options& o) {
   const auto& name = o.name;
@@ -232,6 +252,12 @@ int start_node(const node_options& o) {
                              bind.empty() ? "*" : bind, *opened,
                              creds ? "mutual TLS, cluster " + creds->dir : "INSECURE")
               << std::flush;
+    if (auto why = own_name_problem(); !why.empty())
+      std::cerr << fmt::format("caf-hvd node '{}': warning: {}: real Horovod's hvd.init() ends "
+                               "with SIGSEGV on such a host; add the name to /etc/hosts or "
+                               "the DNS\n",
+                               name, why)
+                << std::flush;
     cfg.node->port = *opened;
     if (!o.join_host.empty())
       joiner = spawn_joiner(sys, o.join_host, static_cast<uint16_t>(o.join_port),

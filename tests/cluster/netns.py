@@ -4,7 +4,10 @@ in a namespace of its own) and a decoy interface that is up with an address but 
 nothing (a veth whose peer is up alone in an otherwise empty namespace, in a subnet of
 its own). Interface names differ between hosts, and on host 0 the decoy's name sorts
 before the routable one. Addresses come from 10.213.0.0/16 and exist only inside these
-namespaces. Everything is removed on close(), at exit, and on SIGTERM/SIGINT."""
+namespaces. As on a real cluster, the hosts' names resolve to their routable addresses:
+`ip netns exec` puts /etc/netns/NS/hosts in place of /etc/hosts (real Horovod's hvd.init()
+ends with SIGSEGV on a host whose own name does not resolve). Everything is removed on
+close(), at exit, and on SIGTERM/SIGINT."""
 
 import atexit
 import os
@@ -40,6 +43,7 @@ class Hosts:
         self.tag = tag or f"{os.getpid() % 10000}"
         self.count = count
         self.namespaces = []
+        self.etc_dirs = []  # /etc/netns/NS: the hosts' /etc/hosts
         self.procs = []
         self.hosts = []  # dicts: name, ns, good, good_addr, decoy, decoy_addr
         atexit.register(self.close)
@@ -89,6 +93,13 @@ class Hosts:
             sh("ip", "-n", ns, "link", "set", decoy, "up")
             self.hosts.append(dict(name=name, ns=ns, good=good, good_addr=good_addr,
                                    decoy=decoy, decoy_addr=decoy_addr))
+        names = "".join(f"{h['good_addr']}\t{h['name']}\n" for h in self.hosts)
+        for h in self.hosts:
+            os.makedirs(f"/etc/netns/{h['ns']}", exist_ok=True)
+            self.etc_dirs.append(f"/etc/netns/{h['ns']}")
+            with open(f"/etc/netns/{h['ns']}/hosts", "w") as f:
+                f.write(f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                        f"{names}")
 
     def start_node(self, i, caf_hvd, port=24780, extra=()):
         """Starts `caf-hvd node` on host i under its own hostname; waits until it listens."""
@@ -130,6 +141,11 @@ class Hosts:
                     pass
             sh("ip", "netns", "del", ns, check=False)
         self.namespaces.clear()
+        for d in getattr(self, "etc_dirs", []):
+            shutil.rmtree(d, ignore_errors=True)
+        self.etc_dirs = []
+        if os.path.isdir("/etc/netns") and not os.listdir("/etc/netns"):
+            os.rmdir("/etc/netns")
         for s, old in getattr(self, "_old", {}).items():
             signal.signal(s, old)
         self._old = {}
