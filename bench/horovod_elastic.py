@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Real Horovod elastic training under horovodrun's elastic driver and under caf-hvd, on
-this machine: recovery after a SIGKILL and growth when a host appears.
+this machine: recovery after a SIGKILL, growth when a host appears, and (join) a node
+agent that joins the cluster while the job runs.
 
 usage: bench/horovod_elastic.py [--runs N] [--build DIR] [--only horovodrun|caf-hvd]
-                                [--gloo-timeout S]
+                                [--scenarios recovery,growth,join] [--gloo-timeout S]
 
 The program is tests/cluster/horovod_programs/elastic_train.py (hvd.elastic.run,
 TorchState, DistributedOptimizer) with real Horovod 0.28.1 (scripts/setup-horovod.sh),
 TRAIN_COMMIT=5 (commit every 5 steps), TRAIN_STEP_MS=100 and more steps than the
 measurement needs; the job is stopped once the figure is taken (SIGINT to the launcher,
 then SIGKILL to its process group and to every process that carries the run's marker in
-its environment: horovodrun's workers run in sessions of their own). Both launchers get
-the same discovery script (`cat` of a file this script rewrites atomically; it also logs
-the time of each call) and 1 slot per host.
+its environment: horovodrun's workers run in sessions of their own, caf-hvd's ranks are
+children of the node agents; join's agents carry the marker too). Both launchers get the
+same discovery script (`cat` of a file this script rewrites atomically; it also logs the
+time of each call) and 1 slot per host, except caf-hvd in join, which has no script.
 
 - horovodrun: `python3 -m horovod.runner.launch --gloo --network-interfaces lo -np N
   --min-np 1 --max-np 3 --host-discovery-script S`; the hosts are `localhost`,
@@ -26,6 +28,12 @@ the time of each call) and 1 slot per host.
   with a throw-away cluster), `caf-hvd driver --host-discovery-script S --min-np 1
   --max-np 3 --discovery-interval 1`, discovery lines `127.0.0.1:PORT:1`. If the
   driver's default interval is not 1 s, growth is also measured with the default.
+  join starts its own agents in every run (the same credentials), so that no table
+  remembers an earlier run's hc: `caf-hvd node --name ha --slots 1` holds the cluster's
+  table, hb and later hc add `--join 127.0.0.1:PORT_OF_HA`; the job is `caf-hvd driver
+  --cluster 127.0.0.1:PORT_OF_HA --cluster-dir D --min-np 1 --max-np 3` with no
+  discovery script: the driver asks the table for its live nodes every discovery
+  interval (its default, 1 s, is used; the header says which it was).
 
 Figures (the launcher's stdout and stderr are read line by line and every line is
 stamped on arrival, monotonic clock):
@@ -39,6 +47,16 @@ stamped on arrival, monotonic clock):
     commit cycle is random rather than tied to the job's start-up (both schedules start
     with the job). The time from just after the replace to the first `committed S` after
     a step at size 3.
+  join: 2 hosts; the same delay after the same step, the third host arrives: caf-hvd
+    starts hc's agent (`caf-hvd node --name hc --join ...`; ha and hb joined before the
+    driver started), horovodrun gets it in the discovery output as in growth. The time
+    from just before that Popen (horovodrun: just before the replace) to rank 0's first
+    `step S size 3` line: every rank, the newcomer included, has then done one
+    synchronous step at size 3. The goal for caf-hvd is the program's own start (a fresh
+    interpreter's `import torch; import horovod.torch as hvd; hvd.init()` as a 1-rank
+    job with no launcher, from just before its Popen to its print of time.monotonic(),
+    one clock for every process of the machine; median of 3, measured once per bench
+    run) plus at most 1.5 s: the table prints the join less that.
 The breakdown (medians) splits them. Recovery: when the launcher reported the failure
 (horovodrun: "Process N exit with status code 137." on stdout; caf-hvd: "host H is
 blacklisted" on stderr), when the last survivor's Horovod reported its error ("Horovod
@@ -50,7 +68,16 @@ the discovery script first ran after the change, rank 0's resume line at size 3,
 first commit at size 3 counted from that discovery run (the launcher's own part), and the
 median period of the discovery calls. The commit after a resume comes 5 steps (>= 500 ms)
 later for both launchers: the program restores the last commit and commits every 5 steps.
-Runs alternate launcher by launcher (the order flips every run)."""
+Join, caf-hvd: when hc's agent printed `listening` and when ha's printed that hc joined
+its table (both stamped on arrival), then from the driver's --events log (epoch stamps,
+made relative with the wall clock read next to the monotonic one at the Popen): the
+first `discovery` that lists hc's endpoint, the newcomer's rank.started and rank.parked
+(warm joins: it imported and began hvd.init(), and waits at its plan's lot while the
+others train), the generation.released of the grown plan (the survivors were told, and
+voted at their next commit); then the newcomer's own `resume` line at size 3 and rank
+0's. horovodrun: its first discovery call after the change and the same two `resume`
+lines. Runs alternate launcher by launcher (the order flips every run); growth and join
+share each run's delay."""
 
 import argparse
 import os
@@ -173,6 +200,11 @@ class Launch:
             self.q.put((time.monotonic(), name, line.rstrip("\n")))
         self.q.put((time.monotonic(), name, None))
 
+    def _keep(self, e):
+        self.log.append(e)
+        if e[2] is None:
+            self.ended += 1
+
     def next(self, deadline):
         """The next (t, stream, line), or None at the deadline or when both streams ended."""
         while True:
@@ -185,11 +217,38 @@ class Launch:
                 e = self.q.get(timeout=left)
             except queue.Empty:
                 return None
-            self.log.append(e)
-            if e[2] is None:
-                self.ended += 1
-            else:
+            self._keep(e)
+            if e[2] is not None:
                 return e
+
+    def wait_line(self, pattern, timeout):
+        """The stamp of the next line that matches `pattern` (a regex)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            e = self.next(deadline)
+            if e is None:
+                code = self.p.poll()
+                raise RuntimeError(f"no line matching {pattern!r} from {' '.join(self.argv[:4])}"
+                                   f" within {timeout} s"
+                                   f"{'' if code is None else f' (exited {code})'}:\n"
+                                   f"{self.tail()}")
+            if re.search(pattern, e[2]):
+                return e[0]
+
+    def lines(self):
+        """Every line so far, (t, stream, line), also those next() has not returned yet
+        (their stamps are from their arrival, not from this call)."""
+        while True:
+            try:
+                self._keep(self.q.get_nowait())
+            except queue.Empty:
+                break
+        return [e for e in self.log if e[2] is not None]
+
+    def first(self, pattern, since):
+        """The stamp of the first line at or after `since` that matches `pattern`, or None."""
+        return next((t for t, _, line in self.lines() if t >= since and re.search(pattern, line)),
+                    None)
 
     def tail(self, n=40):
         return "\n".join(f"{e[1]}: {e[2]}" for e in self.log[-n:] if e[2] is not None)
@@ -212,12 +271,7 @@ class Launch:
         kill_marked(**{RUN_MARK: self.run_token})
         for t in self.threads:
             t.join(timeout=5)
-        while True:  # keep what arrived during the stop, for error messages
-            try:
-                e = self.q.get_nowait()
-            except queue.Empty:
-                break
-            self.log.append(e)
+        self.lines()  # keep what arrived during the stop, for error messages
         return self.p.returncode
 
 
@@ -308,6 +362,30 @@ class Job:
         t = self.wait(f"commit at size {size}", pred, EVENT_TIMEOUT)
         return t, seen
 
+    def wait_step_at(self, size):
+        """Until rank 0's first `step S size <size>` (every rank, a newcomer too, has then
+        done one synchronous step at that size); returns (t_step, t of rank 0's resume line
+        at that size or None)."""
+        seen = {}
+
+        def pred(t, kind, m):
+            if kind == "resume" and int(m.group(2)) == size:
+                seen.setdefault("resume", t)
+            elif kind == "step" and int(m.group(2)) == size:
+                return t
+        t = self.wait(f"step at size {size}", pred, EVENT_TIMEOUT)
+        return t, seen.get("resume")
+
+    def resumed_on(self, host, size, since):
+        """The stamp of the first `resume: ... of <size> on <host>` line at or after `since`
+        (any rank: the newcomer's own line, after its hvd.init()), or None."""
+        for t, _, line in self.l.lines():
+            m = LINE.search(line)
+            r = RESUME.match(m.group(3)) if m and m.group(2) == "stdout" else None
+            if r and t >= since and int(r.group(2)) == size and r.group(3) == host:
+                return t
+        return None
+
 
 class Bench:
     def __init__(self, site, work, gloo_timeout=None):
@@ -318,6 +396,7 @@ class Bench:
         self.calls_file = os.path.join(work, "calls")
         self.events_file = os.path.join(work, "events.jsonl")
         self.import_ms = None
+        self.init_ms = None
         self.script = os.path.join(work, "discover.sh")
         with open(self.script, "w") as f:
             f.write(f"#!/bin/sh\ndate +%s.%N >> {self.calls_file}\ncat {self.hosts_file}\n")
@@ -327,12 +406,16 @@ class Bench:
         if len(set(self.hvd_hosts)) != 3:
             raise RuntimeError(f"need three distinct local host names, have {self.hvd_hosts}")
         self.cluster = None
+        self.cluster_dir = None
         self.caf_ports = None
 
-    def start_agents(self):
+    def start_agents(self, names=("ha", "hb", "hc")):
+        """The discovery-script scenarios' agents (each holds a table of its own, none
+        joins another); also the throw-away cluster every caf-hvd process here uses."""
         from harness import Cluster  # creates the throw-away cluster (needs the binary)
         self.cluster = Cluster()
-        self.caf_ports = [self.cluster.node(n) for n in ("ha", "hb", "hc")]
+        self.cluster_dir = os.environ["CAF_HVD_CLUSTER_DIR"]
+        self.caf_ports = [self.cluster.node(n) for n in names]
 
     def close(self):
         if self.cluster:
@@ -365,10 +448,14 @@ class Bench:
                 "-np", str(np), "--min-np", "1", "--max-np", "3",
                 "--host-discovery-script", self.script, PYTHON, TRAIN]
 
-    def caf_argv(self, run_token, interval, gloo_timeout, cold=False):
+    def caf_argv(self, run_token, interval, gloo_timeout, cold=False, cluster=None):
+        """The driver's command: hosts from the discovery script, or with `cluster`
+        (HOST:PORT of the agent that holds the table) the cluster's live nodes."""
         caf = os.environ["CAF_HVD"]
-        argv = [caf, "driver", "--host-discovery-script", self.script, "--min-np", "1",
-                "--max-np", "3", "--events", self.events_file]
+        hosts = ["--cluster", cluster, "--cluster-dir", self.cluster_dir] if cluster else \
+            ["--host-discovery-script", self.script]
+        argv = [caf, "driver", *hosts, "--min-np", "1", "--max-np", "3",
+                "--events", self.events_file]
         if cold:
             argv.append("--cold-joins")
         if interval is not None:
@@ -381,12 +468,14 @@ class Bench:
             argv += ["--env", f"{k}={v}"]
         return argv + ["--", PYTHON, TRAIN]
 
-    def launch(self, launcher, np, interval=1, gloo_timeout=None, cold=False):
-        token = uuid.uuid4().hex
+    def launch(self, launcher, np, interval=1, gloo_timeout=None, cold=False, cluster=None,
+               token=None):
+        token = token or uuid.uuid4().hex
         if launcher == "horovodrun":
             argv, failure = self.horovodrun_argv(np), HVD_FAILURE
         else:
-            argv, failure = self.caf_argv(token, interval, gloo_timeout, cold), CAF_FAILURE
+            argv, failure = self.caf_argv(token, interval, gloo_timeout, cold, cluster), \
+                CAF_FAILURE
         for f in (self.calls_file, self.events_file):
             if os.path.exists(f):
                 os.unlink(f)
@@ -468,6 +557,122 @@ class Bench:
         finally:
             job.l.stop()
 
+    def join(self, launcher, delay):
+        """ms from the third host's arrival `delay` s after the trigger step (caf-hvd: just
+        before its agent's Popen with --join; horovodrun: just before the discovery file's
+        replace) to rank 0's first step at size 3, and the breakdown (ms after the arrival)."""
+        if launcher == "caf-hvd":
+            return self.join_cluster(delay)
+        self.set_hosts(self.host_lines(launcher, 2))
+        job = self.launch(launcher, 2)
+        try:
+            job.wait_trigger(2)
+            time.sleep(delay)
+            t_add, wall_add = time.monotonic(), time.time()
+            self.set_hosts(self.host_lines(launcher, 3))
+            t, resumed = job.wait_step_at(3)
+            after = [c for c in self.discovery_calls() if c >= wall_add]
+            ms = lambda x: None if x is None else (x - t_add) * 1000  # noqa: E731
+            return ms(t), {
+                "discovery script ran": (after[0] - wall_add) * 1000 if after else None,
+                "newcomer resumed": ms(job.resumed_on(self.hvd_hosts[2], 3, t_add)),
+                "rank 0 resumed at 3": ms(resumed),
+                "(period of discovery calls)": self.discovery_period()}
+        finally:
+            job.l.stop()
+
+    def member(self, name, token, join=None):
+        """A node agent of the join scenario's cluster: loopback, 1 slot, the bench's
+        cluster directory (mutual TLS); with `join`, the port of the agent that holds the
+        table. A Launch, so its lines are stamped on arrival; RUN_MARK=token, so the job's
+        stop takes it (and the ranks it started) down too. Returns (launch, port)."""
+        from harness import free_port
+        port = free_port()
+        argv = [os.environ["CAF_HVD"], "node", "--name", name, "--port", str(port),
+                "--bind", "127.0.0.1", "--slots", "1", "--cluster-dir", self.cluster_dir]
+        if join is not None:
+            argv += ["--join", f"127.0.0.1:{join}"]
+        return Launch(argv, {**os.environ, RUN_MARK: token}), port
+
+    def join_cluster(self, delay):
+        """caf-hvd's join: agents ha (holds the cluster's table) and hb (joined to it), a
+        driver with --cluster and no discovery script; `delay` s after the trigger step,
+        agent hc starts with --join. Fresh agents every run, so no table remembers an
+        earlier hc."""
+        token = uuid.uuid4().hex
+        agents, job = [], None
+        try:
+            holder, p0 = self.member("ha", token)
+            agents.append(holder)
+            holder.wait_line(r"listening", START_TIMEOUT)
+            agents.append(self.member("hb", token, join=p0)[0])
+            agents[-1].wait_line(r"joined the cluster", START_TIMEOUT)
+            # the driver's default --discovery-interval: it asks the table that often
+            job = self.launch("caf-hvd", 2, interval=None, cluster=f"127.0.0.1:{p0}",
+                              token=token)
+            job.wait_trigger(2)
+            time.sleep(delay)
+            t_join, wall_join = time.monotonic(), time.time()
+            newcomer, port = self.member("hc", token, join=p0)
+            agents.append(newcomer)
+            t, resumed = job.wait_step_at(3)
+            ms = lambda x: None if x is None else (x - t_join) * 1000  # noqa: E731
+            # the event log's stamps are seconds since the epoch
+            wall = lambda x: None if x is None else (x - wall_join) * 1000  # noqa: E731
+            ev = self.join_events("hc", port, wall_join)
+            return ms(t), {
+                "agent listening": ms(newcomer.first(r"listening", t_join)),
+                "table has it": ms(holder.first(r"node 'hc' joined", t_join)),
+                "discovery listed it": wall(ev.get("discovery")),
+                "newcomer started": wall(ev.get("rank.started")),
+                "newcomer at its lot": wall(ev.get("rank.parked")),
+                "generation released": wall(ev.get("generation.released")),
+                "newcomer resumed": ms(job.resumed_on("hc", 3, t_join)),
+                "rank 0 resumed at 3": ms(resumed)}
+        finally:
+            if job:
+                job.l.stop()
+            for a in agents:
+                a.stop()
+
+    def join_events(self, name, port, since):
+        """From the driver's event log, the epoch stamps of the join of node `name` (at
+        127.0.0.1:port) after `since`: the first `discovery` that lists it, the
+        generation.begin that added it, its rank's rank.started and rank.parked (warm
+        joins: the newcomer waits at its plan's lot, imports and hvd.init()'s first
+        connect done), and the first generation.released of that generation or a later one
+        (a plan replaced before its release releases a later number)."""
+        import json
+        try:
+            with open(self.events_file) as f:
+                log = [json.loads(x) for x in f if x.strip()]
+        except (OSError, ValueError):
+            return {}
+        log = [e for e in log if e["timestamp"] >= since]
+        out = {}
+
+        def first(name_, pred):
+            return next((e for e in log if e["name"] == name_ and pred(e["context"])), None)
+        e = first("discovery", lambda c: any(h.endswith(f":{port}") or h == name
+                                             for h in c.get("hosts", [])))
+        if e:
+            out["discovery"] = e["timestamp"]
+        begin = first("generation.begin", lambda c: name in c.get("added", []))
+        if not begin:
+            return out
+        g = begin["context"]["generation"]
+        started = first("rank.started", lambda c: c["host"] == name and c["generation"] >= g)
+        if started:
+            out["rank.started"] = started["timestamp"]
+            slot = started["context"]["slot"]
+            parked = first("rank.parked", lambda c: c["slot"] == slot)
+            if parked:
+                out["rank.parked"] = parked["timestamp"]
+        released = first("generation.released", lambda c: c["generation"] >= g)
+        if released:
+            out["generation.released"] = released["timestamp"]
+        return out
+
     def loss_window(self):
         """caf-hvd: ms from the newest generation's release to the moment every rank of
         it had finished hvd.init()'s rendezvous (its event log: generation.released, then
@@ -505,6 +710,24 @@ class Bench:
         self.import_ms = statistics.median(xs)
         return self.import_ms
 
+    def measure_init(self, runs=3):
+        """ms from just before a fresh interpreter's Popen to its hvd.init() returning
+        (median of `runs`): `import torch; import horovod.torch as hvd; hvd.init()` as a
+        1-rank job with no launcher (no HOROVOD_* variables: Horovod then runs alone).
+        The program's own part of a join, which no launcher can take away. The interpreter
+        prints time.monotonic(), one clock for every process of the machine."""
+        code = "import time, torch, horovod.torch as hvd; hvd.init(); print(time.monotonic())"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}
+        env["PYTHONPATH"] = self.site
+        xs = []
+        for _ in range(runs):
+            t0 = time.monotonic()
+            r = subprocess.run([PYTHON, "-c", code], check=True, capture_output=True,
+                               text=True, env=env)
+            xs.append((float(r.stdout.split()[-1]) - t0) * 1000)
+        self.init_ms = statistics.median(xs)
+        return self.init_ms
+
     def discovery_period(self):
         calls = self.discovery_calls()
         gaps = [b - a for a, b in zip(calls, calls[1:])]
@@ -528,20 +751,36 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-def main():
+SCENARIOS = ("recovery", "growth", "join")
+
+
+def scenario_list(spec):
+    """argparse type of --scenarios: a comma-separated subset of SCENARIOS, in their order."""
+    names = [x.strip() for x in spec.split(",") if x.strip()]
+    bad = [x for x in names if x not in SCENARIOS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"'{spec}': give some of {','.join(SCENARIOS)}")
+    return [x for x in SCENARIOS if x in names]
+
+
+def main():  # noqa: C901
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"),
                     help="caf-hvd's build directory (default: build/)")
     ap.add_argument("--only", choices=("horovodrun", "caf-hvd"),
                     help="measure one launcher only")
+    ap.add_argument("--scenarios", type=scenario_list, default=list(SCENARIOS),
+                    metavar="LIST", help="comma-separated, of recovery, growth, join "
+                                         "(default: all three)")
     ap.add_argument("--gloo-timeout", type=int, default=None, metavar="S",
                     help="HOROVOD_GLOO_TIMEOUT_SECONDS for the ranks of the recovery runs "
-                         "(default: unset, Horovod's 30 s; growth always runs with the "
-                         "default: under horovodrun the old ranks wait that long in Gloo's "
-                         "rendezvous for the new process to start)")
+                         "(default: unset, Horovod's 30 s; growth and join always run with "
+                         "the default: under horovodrun the old ranks wait that long in "
+                         "Gloo's rendezvous for the new process to start)")
     a = ap.parse_args()
     launchers = [a.only] if a.only else ["horovodrun", "caf-hvd"]
+    scenarios = a.scenarios
     command = "python3 bench/horovod_elastic.py " + " ".join(sys.argv[1:])
 
     r = subprocess.run([os.path.join(ROOT, "scripts", "setup-horovod.sh")],
@@ -556,33 +795,38 @@ def main():
     work = tempfile.mkdtemp(prefix="caf-hvd-bench-hvd-elastic-")
     bench = Bench(site, work, a.gloo_timeout)
     default_interval = None
+    measures = {"recovery": bench.recovery, "growth": bench.growth, "join": bench.join}
     # (scenario, label, launcher, measure) in the order of the table
-    configs = []
-    for scenario in ("recovery", "growth"):
-        for launcher in launchers:
-            measure = bench.recovery if scenario == "recovery" else bench.growth
-            configs.append((scenario, launcher, launcher, measure))
+    configs = [(scenario, launcher, launcher, measures[scenario])
+               for scenario in scenarios for launcher in launchers]
     rows = {}  # (scenario, label) -> [(ms, breakdown)]
     try:
         if "caf-hvd" in launchers:
-            bench.start_agents()
+            # the discovery-script scenarios' agents (join starts its own cluster of agents
+            # in every run); the throw-away cluster's credentials serve both
+            bench.start_agents(() if scenarios == ["join"] else ("ha", "hb", "hc"))
             default_interval = caf_default_interval()
-            configs.append(("growth", "caf-hvd --cold-joins", "caf-hvd",
-                            lambda l, d: bench.growth(l, d, cold=True)))
-            if default_interval is not None and default_interval != 1:
-                configs.append(("growth", f"caf-hvd, its default --discovery-interval "
-                                f"{default_interval:g}", "caf-hvd",
-                                lambda l, d: bench.growth(l, d, interval=None)))
-        bench.measure_import()
+            if "growth" in scenarios:
+                configs.append(("growth", "caf-hvd --cold-joins", "caf-hvd",
+                                lambda l, d: bench.growth(l, d, cold=True)))
+                if default_interval is not None and default_interval != 1:
+                    configs.append(("growth", f"caf-hvd, its default --discovery-interval "
+                                    f"{default_interval:g}", "caf-hvd",
+                                    lambda l, d: bench.growth(l, d, interval=None)))
+        if "growth" in scenarios:
+            bench.measure_import()
+        if "join" in scenarios:
+            bench.measure_init()
         print(f"## Real Horovod elastic jobs: horovodrun and caf-hvd, {a.runs} runs\n")
         print(f"    {command}\n", flush=True)
         rng = random.Random(GROWTH_SEED)
         for i in range(a.runs):
-            # the same random delay for every launcher of a run: where the change falls in
-            # the discovery schedule (and in the commit cycle) is not tied to the start-up
+            # the same random delay for every launcher of a run (and for growth and join):
+            # where the change falls in the discovery schedule (and in the commit cycle) is
+            # not tied to the start-up
             delay = rng.uniform(0, GROWTH_DELAY_S)
             # launchers alternate within each scenario; the order flips every run
-            for scenario in ("recovery", "growth"):
+            for scenario in scenarios:
                 group = [c for c in configs if c[0] == scenario]
                 for _, label, launcher, measure in group if i % 2 == 0 else group[::-1]:
                     ms, parts = measure(launcher) if scenario == "recovery" else \
@@ -597,8 +841,21 @@ def main():
         shutil.rmtree(work, True)
 
     gloo = f"HOROVOD_GLOO_TIMEOUT_SECONDS={a.gloo_timeout} for the recovery runs, unset " \
-        "(30 s) for growth" if a.gloo_timeout else \
+        "(30 s) for growth and join" if a.gloo_timeout else \
         "HOROVOD_GLOO_TIMEOUT_SECONDS unset (Horovod's default: 30 s)"
+    default = f" (its default is {default_interval:g} s)" if default_interval is not None \
+        else ""
+    caf = []
+    scripted = " and ".join(s for s in scenarios if s != "join")
+    if scripted:
+        caf.append(f"caf-hvd ({scripted}): 3 node agents on loopback (mutual TLS), each "
+                   f"holding a table of its own, the discovery script, --discovery-interval "
+                   f"1{default}")
+    if "join" in scenarios:
+        caf.append(f"caf-hvd (join): node agents on loopback (mutual TLS) in one cluster (ha "
+                   f"holds its table, hb and then hc started with --join), --cluster and no "
+                   f"discovery script, the default --discovery-interval"
+                   f"{f' ({default_interval:g} s)' if default_interval is not None else ''}")
     print(f"Program: tests/cluster/horovod_programs/elastic_train.py (Horovod 0.28.1, "
           f"TorchState, DistributedOptimizer), TRAIN_COMMIT={COMMIT} (a commit every "
           f"{COMMIT} steps), TRAIN_STEP_MS={STEP_MS}, TRAIN_STEPS={STEPS} (the job is "
@@ -606,15 +863,19 @@ def main():
           f"horovodrun: --gloo --network-interfaces lo, hosts localhost, 127.0.0.1, "
           f"{socket.gethostname()}; it runs the discovery script every "
           f"{HOROVODRUN_DISCOVERY_S:g} s after the previous call returned (fixed in "
-          f"Horovod). caf-hvd: 3 node agents on loopback (mutual TLS), "
-          f"--discovery-interval 1"
-          + (f" (its default is {default_interval:g} s)" if default_interval is not None
-             else "") + ".\n")
-    print("recovery: ms from the SIGKILL of rank 2 of 3 (right after rank 0 printed step "
-          f"{TRIGGER} or a later step 2 after a commit) to rank 0's first `committed` at size "
-          "2. growth: ms from the third host's appearance in the discovery output (0 - "
-          f"{GROWTH_DELAY_S:g} s after that step, random, the same delay for both launchers "
-          "in a run) to rank 0's first `committed` at size 3.\n")
+          f"Horovod). " + "; ".join(caf) + ".\n")
+    what = {
+        "recovery": "recovery: ms from the SIGKILL of rank 2 of 3 (right after rank 0 printed "
+                    f"step {TRIGGER} or a later step 2 after a commit) to rank 0's first "
+                    "`committed` at size 2.",
+        "growth": "growth: ms from the third host's appearance in the discovery output (0 - "
+                  f"{GROWTH_DELAY_S:g} s after that step, random, the same delay for both "
+                  "launchers in a run) to rank 0's first `committed` at size 3.",
+        "join": "join: ms from the third host's arrival (the same delay after that step; "
+                "caf-hvd: just before the Popen of its agent with --join; horovodrun: just "
+                "before the replace that adds it to the discovery output) to rank 0's first "
+                "`step S size 3` (every rank, the newcomer too, did one synchronous step)."}
+    print(" ".join(what[s] for s in scenarios) + "\n")
     heads = [f"run {i + 1}" for i in range(a.runs)]
     print("| scenario | launcher | " + " | ".join(heads) + " | median | min - max |")
     print("|---|---|" + "---|" * len(heads) + "---|---|")
@@ -622,28 +883,48 @@ def main():
         ms = [x[0] for x in xs]
         print(f"| {scenario} | {label} | " + " | ".join(fmt(x) for x in ms)
               + f" | {fmt(med(ms))} | {fmt(min(ms))} - {fmt(max(ms))} |")
-    print(f"\nThe program's imports (torch, horovod.torch) take {fmt(bench.import_ms)} ms "
-          "(median of 3 fresh interpreters). Growth's program's share: the newcomer's imports "
-          "plus the new size's steps up to its first commit (from rank 0's resume); the "
-          "launcher's share is the rest. The survivors' pause: the longest gap between rank "
-          "0's consecutive step lines from the host's appearance to the first commit at size "
-          "3, less the median gap between steps before it (the program's own pace; step "
-          "lines, as the commit that acts on the notice prints nothing). caf-hvd's loss "
-          "window: from the release of the grown generation to the last of its ranks "
-          "finishing hvd.init()'s rendezvous (its event log).\n")
+    if "growth" in scenarios:
+        print(f"\nThe program's imports (torch, horovod.torch) take {fmt(bench.import_ms)} ms "
+              "(median of 3 fresh interpreters). Growth's program's share: the newcomer's "
+              "imports plus the new size's steps up to its first commit (from rank 0's "
+              "resume); the launcher's share is the rest. The survivors' pause: the longest "
+              "gap between rank 0's consecutive step lines from the host's appearance to the "
+              "first commit at size 3, less the median gap between steps before it (the "
+              "program's own pace; step lines, as the commit that acts on the notice prints "
+              "nothing). caf-hvd's loss window: from the release of the grown generation to "
+              "the last of its ranks finishing hvd.init()'s rendezvous (its event log).")
+    if "join" in scenarios:
+        print(f"\nThe program's own start (a fresh {PYTHON}: import torch, import "
+              f"horovod.torch, hvd.init() as a 1-rank job with no launcher, from just before "
+              f"its Popen) takes {fmt(bench.init_ms)} ms (median of 3).")
+        for launcher in launchers:
+            j = med([x[0] for x in rows.get(("join", launcher), [])])
+            if j is not None:
+                print(f"- join, {launcher}: {fmt(j)} ms less that = {fmt(j - bench.init_ms)} "
+                      f"ms, the launcher's part"
+                      + (" (goal: at most 1500 ms)" if launcher == "caf-hvd" else ""))
+        print("Join's breakdown, caf-hvd: the newcomer's agent printed `listening`, the "
+              "holder's agent printed that hc joined its table, then from the driver's event "
+              "log: the first `discovery` listing hc, its rank's rank.started and rank.parked "
+              "(warm joins: it waits at its plan's lot, its imports and hvd.init()'s first "
+              "connect done), the grown generation's release (the survivors re-joined at a "
+              "commit after they were told); then the newcomer's and rank 0's `resume` lines "
+              "at size 3. horovodrun: its first discovery call after the change, and the same "
+              "two `resume` lines.")
     print("\nBreakdown (medians; ms after the kill, or after the host appeared):\n")
     for (scenario, label), xs in rows.items():
         parts = {}
         for _, p in xs:
             for k, v in p.items():
                 parts.setdefault(k, []).append(v)
+        last = "first step" if scenario == "join" else "first commit"
         print(f"- {scenario}, {label}: "
               + ", ".join(f"{k} {fmt(med(v))}" for k, v in parts.items())
-              + f", first commit at the new size {fmt(med([x[0] for x in xs]))}")
+              + f", {last} at the new size {fmt(med([x[0] for x in xs]))}")
     if len(launchers) == 2:
         print()
-        for scenario, label in (("recovery", "caf-hvd"), ("growth", "caf-hvd")) + tuple(
-                (s, l) for s, l in rows if l.startswith("caf-hvd, its default")):
+        for scenario, label in [(s, l) for s, l in rows if l.startswith("caf-hvd")
+                                and l != "caf-hvd --cold-joins"]:
             c = med([x[0] for x in rows[(scenario, label)]])
             h = med([x[0] for x in rows[(scenario, "horovodrun")]])
             print(f"- {scenario}: {label} / horovodrun = {c / h:.2f} ({fmt(c)} ms against "
