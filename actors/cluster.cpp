@@ -88,6 +88,17 @@ struct table_state {
   std::string join_target;
   // drivers that hold placed jobs: (owner, job) each
   std::map<caf::actor_addr, std::set<std::pair<std::string, std::string>>> placers;
+  // Elastic jobs that asked for their hosts (admitted by their tickets), monitored: each is
+  // nudged as soon as what it would get changes, so a joining or drained node reaches it
+  // at once rather than at its next discovery.
+  struct watcher {
+    caf::strong_actor_ptr job_actor;
+    std::string job;
+    std::vector<std::string> labels;
+    std::string last; // what it got, as text
+  };
+  std::map<caf::actor_addr, watcher> watchers;
+  uint64_t nudges = 0;
   void forget(uint64_t id) {
     if (auto m = members.find(id); m != members.end()) {
       by_token.erase(m->second.token);
@@ -99,7 +110,30 @@ struct table_state {
 
 constexpr uint64_t self_member = 0; // the holder's own row
 
+std::string hosts_text(const std::vector<placed_host>& hosts) {
+  std::string text;
+  for (auto& h : hosts)
+    text += fmt::format("{} {}:{} {}\n", h.name, h.address, h.port, h.slots);
+  return text;
+}
+
 using table_ptr = cluster_actor::stateful_pointer<table_state>;
+
+// Nudges every watching job whose hosts differ from what it got last (it asks again with
+// its ticket; a nudge carries nothing else).
+void nudge_watchers(table_ptr self) {
+  auto& st = self->state;
+  if (st.watchers.empty())
+    return;
+  auto now = unix_ms();
+  for (auto& [addr, w] : st.watchers) {
+    auto text = hosts_text(st.table.available(w.job, w.labels, now));
+    if (text == w.last)
+      continue;
+    w.last = std::move(text);
+    caf::anon_send(caf::actor_cast<caf::actor>(w.job_actor), discover_atom::value, ++st.nudges);
+  }
+}
 
 // Whether this agent holds the table and `ticket` is a `role` ticket for `purpose` at this
 // node naming `subject`: "" (and the signer's name in `signer`) or the refusal to answer.
@@ -170,6 +204,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           st.table.release(job, owner);
         st.placers.erase(p);
       }
+      st.watchers.erase(dm.source);
       std::vector<uint64_t> lost;
       for (auto& [id, m] : st.members)
         if (m.joiner.address() == dm.source)
@@ -180,6 +215,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
               fmt::format("node '{}' is lost (its link broke)", printable(name)));
         st.forget(id);
       }
+      nudge_watchers(self);
     });
     return {
         [self, node_id](join_atom, caf::actor& joiner, member_info& info,
@@ -230,6 +266,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           say(n, fmt::format("node '{}' joined from {}:{}{}", printable(info.name),
                              printable(info.address), info.port,
                              holder.shared ? " (a shared certificate)" : ""));
+          nudge_watchers(self);
           return join_answer{{}, token};
         },
         [self](update_atom, uint64_t token, member_info& info) {
@@ -243,6 +280,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
             return;
           }
           st.table.update(it->second, info, unix_ms());
+          nudge_watchers(self);
         },
         [self](left_atom, uint64_t token, const std::string& name) {
           auto& st = self->state;
@@ -254,6 +292,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           say(settings_of(self->system()),
               fmt::format("node '{}' left (its agent stops)", printable(name)));
           st.forget(id);
+          nudge_watchers(self);
         },
         [self, node_id, refresh_self](table_atom,
                                       signed_ticket& ticket) -> caf::result<cluster_view> {
@@ -316,6 +355,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
               where += fmt::format("{}{}:{}", where.empty() ? "" : ",", h.name, h.slots);
             say(n, fmt::format("placed job {} ({} rank{}): {}", r.job, r.np, r.np == 1 ? "" : "s",
                                where));
+            nudge_watchers(self);
           }
           return p;
         },
@@ -336,6 +376,13 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           }
           refresh_self();
           p.hosts = st.table.available(job, labels, unix_ms());
+          if (auto sender = self->current_sender()) {
+            auto addr = caf::actor_cast<caf::actor_addr>(sender);
+            auto [it, fresh] = st.watchers.try_emplace(addr);
+            it->second = {sender, job, labels, hosts_text(p.hosts)};
+            if (fresh)
+              self->monitor(addr);
+          }
           for (auto& h : p.hosts)
             h.holder = h.name == n.name;
           return p;
@@ -362,6 +409,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           say(n, fmt::format("node '{}' {}", printable(name),
                              on ? "is drained: no new ranks, elastic jobs leave it"
                                 : "is back in placement (undrained)"));
+          nudge_watchers(self);
           return {};
         },
         [self, refresh_self](deadline_atom, uint64_t token) {
@@ -369,6 +417,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
             return; // not its own timer
           refresh_self();
           self->state.table.expire(unix_ms(), keep_gone_ms);
+          nudge_watchers(self); // the holder's own row, holds that ran out
           self->delayed_send(self, report_tick, deadline_atom::value, token);
         },
     };
@@ -522,6 +571,21 @@ void try_join(joiner_ptr self) {
           });
 }
 
+// Tells the table what changed since the last report (and, every few seconds, that
+// nothing did).
+void report(joiner_ptr self) {
+  auto& st = self->state;
+  if (!st.joined)
+    return;
+  auto info = local_member(self->system(), st.address);
+  auto now = unix_ms();
+  if (same_report(info, st.sent) && now - st.sent_ms < report_anyway_ms)
+    return;
+  self->send(st.table, update_atom::value, st.member_token, info);
+  st.sent = std::move(info);
+  st.sent_ms = now;
+}
+
 } // namespace
 
 caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_t port, bool tls,
@@ -529,6 +593,8 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
   return sys.spawn([host, port, tls, stop_token](
                        caf::stateful_actor<joiner_state>* self) -> caf::behavior {
     auto& st = self->state;
+    settings_of(self->system()).jobs->on_change(
+        [hdl = caf::actor_cast<caf::actor>(self)] { caf::anon_send(hdl, update_atom::value); });
     st.timer = random_token();
     st.stop_token = stop_token;
     st.host = host;
@@ -560,16 +626,11 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
           if (what == 1)
             return try_join(self);
           self->delayed_send(self, report_tick, deadline_atom::value, uint64_t{2}, token);
-          if (!st.joined)
-            return;
-          auto info = local_member(self->system(), st.address);
-          auto now = unix_ms();
-          if (same_report(info, st.sent) && now - st.sent_ms < report_anyway_ms)
-            return;
-          self->send(st.table, update_atom::value, st.member_token, info);
-          st.sent = std::move(info);
-          st.sent_ms = now;
+          report(self);
         },
+        // the node's jobs or slots changed (node_book::on_change): report it now, so that
+        // the table never places onto a slot a rank took since the last tick
+        [self](update_atom) { report(self); },
         // An administrator drained (or undrained) this node through the table: the
         // administrator's own ticket, for this node, made for the table it joined.
         [self](drain_atom, bool on, signed_ticket& ticket) {

@@ -56,7 +56,25 @@ job::behavior_type job::make_behavior() {
       [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
       [this](deadline_atom, uint32_t which) { on_deadline(which); },
       [this](tstore_atom, std::string& problem) { on_store_problem(problem); },
-      [this](discover_atom) { run_discovery(); },
+      [this](discover_atom) {
+        if (discovering_) {
+          timer_missed_ = true;
+          return;
+        }
+        timer_run_ = true;
+        run_discovery();
+      },
+      [this](discover_atom, uint64_t) {
+        // the table's nudge: ask it now (with a ticket, as every time)
+        if (!ec_.cluster || done_)
+          return;
+        if (discovering_) {
+          nudged_ = true;
+          return;
+        }
+        timer_run_ = false;
+        run_discovery();
+      },
       [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
       [this](notified_atom, uint64_t g, std::string& slot, std::string& problem) {
         on_notified(g, slot, problem);

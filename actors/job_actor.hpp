@@ -79,6 +79,7 @@ using job_actor = driver_full_actor::extend<
     caf::reacts_to<event_atom, std::string, std::string>,
     caf::reacts_to<discover_atom>,                    // time to run the script
     caf::reacts_to<discover_atom, bool, std::string>, // the script's output or error
+    caf::reacts_to<discover_atom, uint64_t>,          // the cluster's table: hosts changed
     caf::reacts_to<rejoin_atom, uint64_t>,            // ranks asked for a new generation
     caf::reacts_to<retire_atom, uint32_t, int32_t>,   // signal a stopped slot's process
     caf::replies_to<caf::get_atom>::with<coordinator_full_actor>, // (tests) its coordinator
@@ -209,6 +210,7 @@ private:
   static constexpr size_t connect_window = 8;
   void run_discovery();
   void discover_from_cluster();
+  void discovery_ended();
   std::string discovery_name() const;
   void on_discovered(bool ok, const std::string& text);
   void connect_host(const std::string& ep);
@@ -356,6 +358,10 @@ private:
   std::vector<std::string> order_;        // available endpoints in age order
   std::vector<std::string> last_listed_;  // the discovery output last logged
   bool discovering_ = false;
+  // Discovery runs on a timer (every --discovery-interval) and, with --cluster, also when
+  // the table nudges: a run the timer found busy, or a nudge that came during a run,
+  // waits for that run's end; only the timer's runs set the next timer.
+  bool timer_run_ = false, timer_missed_ = false, nudged_ = false;
   int discovery_runs_ = 0;
   std::deque<std::string> connect_queue_; // agents waiting for a place in the window
   size_t connects_in_flight_ = 0;

@@ -78,6 +78,18 @@ void job::run_discovery() {
   }}.detach();
 }
 
+// After a discovery run: the next timer (for the timer's runs, or when the timer fired
+// during a nudged run), then a nudge that came meanwhile.
+void job::discovery_ended() {
+  if (!ec_.cluster || timer_run_ || timer_missed_)
+    delayed_send(this, ec_.discovery_interval, discover_atom::value);
+  timer_run_ = timer_missed_ = false;
+  if (nudged_ && !done_) {
+    nudged_ = false;
+    run_discovery();
+  }
+}
+
 void job::on_discovered(bool ok, const std::string& text) {
   discovering_ = false;
   if (done_)
@@ -99,8 +111,7 @@ void job::on_discovered(bool ok, const std::string& text) {
       return fail(fmt::format("{} failed on its first call: {}", discovery_name(), error));
     say("warning: {} failed (keeping the last host set, trying again in {} s): {}",
         discovery_name(), ec_.discovery_interval.count() / 1000.0, error);
-    delayed_send(this, ec_.discovery_interval, discover_atom::value);
-    return;
+    return discovery_ended();
   }
   {
     std::vector<std::string> listed;
@@ -149,7 +160,7 @@ void job::on_discovered(bool ok, const std::string& text) {
     }
   }
   reconsider();
-  delayed_send(this, ec_.discovery_interval, discover_atom::value);
+  discovery_ended();
 }
 
 // Name resolution and a reachability check run on a thread (neither may block the

@@ -521,7 +521,9 @@ using cluster_actor = caf::typed_actor<
     // which lives as long as the driver: its end frees what the table held for the job
     caf::replies_to<place_atom, placement_request, signed_ticket>::with<placement>,
     // an elastic job's discovery (job id, labels; driver ticket: purpose "discover",
-    // subject the job id): the live nodes and the slots it may use there
+    // subject the job id): the live nodes and the slots it may use there. The table
+    // keeps the asking actor (monitored) and sends it (discover_atom, uint64_t serial)
+    // as soon as that answer would change: the job asks again, at once
     caf::replies_to<discover_atom, std::string, std::vector<std::string>,
                     signed_ticket>::with<placement>,
     // an administrator drains (true) or undrains a node (its name; an admin ticket,

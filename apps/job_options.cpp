@@ -144,7 +144,9 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
         "LOW HIGH seconds; a failed host returns after LOW*2^failures+jitter, clamped to "
         "[LOW, HIGH] (default: never)")("discovery-interval",
                                         po::value(&discovery_interval)->default_value(1),
-                                        "seconds between runs of the discovery script");
+                                        "seconds between runs of the discovery script "
+                                        "(with --cluster: between questions to the table, "
+                                        "which also tells the job of each change at once)");
   gpu.add_options()("gpus-per-slot", po::value(&gpus_per_slot),
                     "GPUs each rank gets; ranks go only where that many are free, and each "
                     "node lends them to this job alone until its ranks there are gone")(

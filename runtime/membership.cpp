@@ -77,22 +77,35 @@ uint32_t node_book::capacity() const {
 }
 
 void node_book::open(uint64_t colocator, job_summary job) {
-  std::lock_guard g{m_};
-  job.ranks = 0;
-  jobs_[colocator] = std::move(job);
+  {
+    std::lock_guard g{m_};
+    job.ranks = 0;
+    jobs_[colocator] = std::move(job);
+  }
+  changed();
 }
 
 void node_book::close(uint64_t colocator) {
-  std::lock_guard g{m_};
-  jobs_.erase(colocator);
-  for (auto it = held_.begin(); it != held_.end();)
-    if (it->second == colocator)
-      it = held_.erase(it);
-    else
-      ++it;
+  {
+    std::lock_guard g{m_};
+    jobs_.erase(colocator);
+    for (auto it = held_.begin(); it != held_.end();)
+      if (it->second == colocator)
+        it = held_.erase(it);
+      else
+        ++it;
+  }
+  changed();
 }
 
 std::vector<uint32_t> node_book::take(uint64_t colocator, uint32_t n, std::string& why) {
+  auto out = take_locked(colocator, n, why);
+  if (!out.empty())
+    changed();
+  return out;
+}
+
+std::vector<uint32_t> node_book::take_locked(uint64_t colocator, uint32_t n, std::string& why) {
   std::lock_guard g{m_};
   auto job = jobs_.find(colocator);
   if (job == jobs_.end()) {
@@ -124,19 +137,40 @@ std::vector<uint32_t> node_book::take(uint64_t colocator, uint32_t n, std::strin
 }
 
 void node_book::give_back(uint64_t colocator, uint32_t index) {
-  std::lock_guard g{m_};
-  auto it = held_.find(index);
-  if (it == held_.end() || it->second != colocator)
-    return;
-  held_.erase(it);
-  if (auto j = jobs_.find(colocator); j != jobs_.end() && j->second.ranks > 0)
-    --j->second.ranks;
+  {
+    std::lock_guard g{m_};
+    auto it = held_.find(index);
+    if (it == held_.end() || it->second != colocator)
+      return;
+    held_.erase(it);
+    if (auto j = jobs_.find(colocator); j != jobs_.end() && j->second.ranks > 0)
+      --j->second.ranks;
+  }
+  changed();
 }
 
 void node_book::set_gpus(uint64_t colocator, std::vector<int32_t> devices) {
+  {
+    std::lock_guard g{m_};
+    if (auto it = jobs_.find(colocator); it != jobs_.end())
+      it->second.gpus = std::move(devices);
+  }
+  changed();
+}
+
+void node_book::on_change(std::function<void()> f) {
   std::lock_guard g{m_};
-  if (auto it = jobs_.find(colocator); it != jobs_.end())
-    it->second.gpus = std::move(devices);
+  on_change_ = std::move(f);
+}
+
+void node_book::changed() const {
+  std::function<void()> f;
+  {
+    std::lock_guard g{m_};
+    f = on_change_;
+  }
+  if (f)
+    f();
 }
 
 std::vector<job_summary> node_book::snapshot() const {

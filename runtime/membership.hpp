@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -43,9 +44,15 @@ public:
   void set_gpus(uint64_t colocator, std::vector<int32_t> devices);
   std::vector<job_summary> snapshot() const;
   uint32_t capacity() const;
+  /// Called (on the changing thread, outside the book's lock) after each change of the
+  /// jobs or their slots: the agent's joiner reports the change to the table at once.
+  void on_change(std::function<void()> f);
 
 private:
+  std::vector<uint32_t> take_locked(uint64_t colocator, uint32_t n, std::string& why);
+  void changed() const;
   mutable std::mutex m_;
+  std::function<void()> on_change_;
   uint32_t capacity_ = 0;
   std::map<uint64_t, job_summary> jobs_;       // by colocator
   std::map<uint32_t, uint64_t> held_;          // slot index -> colocator

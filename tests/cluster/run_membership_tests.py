@@ -307,7 +307,8 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
     def test_an_elastic_job_follows_the_cluster_a_joining_agent_adds_a_host(self):
         """An elastic job with --cluster and no discovery script: its hosts are the
         cluster's live nodes. A third agent joins mid-job: the job grows to it; an agent is
-        SIGKILLed: the job goes on without it; no step is lost (the checksum)."""
+        SIGKILLed: the job goes on without it; no step is lost (the checksum). The job asks
+        the table once (--discovery-interval 600): the table tells it of each change."""
         names = [x["name"] for x in self.h.hosts]
         self.agent(0, "--slots", "1")
         victim = self.agent(1, "--slots", "1")
@@ -315,7 +316,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
              self.driver_dir, "--cluster", f"{self.head}:{PORT}", "--min-np", "2",
-             "--discovery-interval", "0.2", "--", ALLREDUCE, "--elastic", "--steps", "300",
+             "--discovery-interval", "600", "--", ALLREDUCE, "--elastic", "--steps", "300",
              "--step-ms", "20"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.h.procs.append(p)
@@ -378,7 +379,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
              self.driver_dir, "--cluster", f"{self.head}:{PORT}", "--min-np", "1",
-             "--discovery-interval", "0.2", "--", ALLREDUCE, "--elastic", "--steps", "700",
+             "--discovery-interval", "600", "--", ALLREDUCE, "--elastic", "--steps", "700",
              "--step-ms", "20"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.h.procs.append(p)
@@ -402,7 +403,10 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertIn(f"drained '{names[1]}'", out)
         until(r"step \d+ size 2 ")
         self.wait_for("host 1 drained", lambda: self.table()[names[1]]["state"] == "drained")
-        # nothing new is placed there: a one-rank job finds no free slot
+        # nothing new is placed there: a one-rank job finds no free slot (the others are the
+        # job's, as their agents reported when its ranks started)
+        self.wait_for("the job's ranks on hosts 0 and 2 in the table", lambda: all(
+            self.table()[names[i]]["slots_used"] == 1 for i in (0, 2)))
         rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
                                       "--cluster", f"{self.head}:{PORT}", "-np", "1",
                                       "--slot-wait", "1", "--", "true"])
@@ -553,7 +557,7 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
         env = self.program.env(steps, {"TRAIN_STEP_MS": "100", "PYTHONPATH": horovod_site()})
         args = ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver",
                 "--cluster-dir", self.driver_dir, "--cluster", f"{self.head}:{PORT}",
-                "--min-np", "1", "--max-np", "4", "--discovery-interval", "0.2",
+                "--min-np", "1", "--max-np", "4", "--discovery-interval", "600",
                 "--kill-grace-seconds", "2"]
         for k, v in env.items():
             args += ["--env", f"{k}={v}"]

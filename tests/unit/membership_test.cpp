@@ -212,6 +212,30 @@ TEST_CASE("node book: --slots counts every job's ranks on the node; each holds a
   CHECK(unlimited.take(1, 5, why).size() == 5);
 }
 
+TEST_CASE("node book: each change is told at once (the joiner reports it), a refusal is not") {
+  node_book b;
+  b.set_capacity(2);
+  int told = 0;
+  std::vector<uint32_t> ranks_seen;
+  b.on_change([&] {
+    ++told;
+    uint32_t ranks = 0;
+    for (auto& j : b.snapshot()) // the book's lock is not held: reading it is fine
+      ranks += j.ranks;
+    ranks_seen.push_back(ranks);
+  });
+  b.open(1, {"j1", "alice", 0, {}, 0});
+  std::string why;
+  CHECK(b.take(1, 2, why).size() == 2);
+  CHECK(b.take(1, 1, why).empty()); // refused: nothing changed
+  b.give_back(1, 7);                // not held: nothing changed
+  b.give_back(1, 0);
+  b.set_gpus(1, {0});
+  b.close(1);
+  CHECK(told == 5);
+  CHECK(ranks_seen == std::vector<uint32_t>{0, 2, 1, 1, 0});
+}
+
 TEST_CASE("placement: a job id is its owner's: another driver neither takes nor frees it") {
   membership_table t;
   CHECK(t.join(1, node("ha", 2), cert("ha"), 0) == "");
