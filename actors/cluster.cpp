@@ -73,6 +73,17 @@ void say(const node_settings& n, const std::string& line) {
   std::fprintf(stderr, "caf-hvd node '%s': %s\n", n.name.c_str(), line.c_str());
 }
 
+// This node drains (or is back): it takes no new jobs, and every job with ranks here is
+// told (elastic jobs leave it; a static job's ranks run on).
+void set_draining(const node_settings& n, bool on, const std::string& admin) {
+  if (n.draining->exchange(on) == on)
+    return;
+  if (n.guardian)
+    caf::anon_send(n.guardian, drain_atom::value, on,
+                   fmt::format("{} by the cluster's administrator '{}'",
+                               on ? "drained" : "undrained", printable(admin)));
+}
+
 // -- the table ---------------------------------------------------------------------------
 
 struct table_state {
@@ -391,8 +402,9 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                                       signed_ticket& ticket) -> std::string {
           auto& st = self->state;
           auto& n = settings_of(self->system());
+          std::string admin = "(insecure)";
           if (auto why = admit(self, ticket, cert_role::admin, on ? "drain" : "undrain", name,
-                               "node");
+                               "node", &admin);
               !why.empty())
             return why;
           refresh_self();
@@ -401,7 +413,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           // The node itself stops taking jobs (and says so in its reports, so a table
           // rebuilt from re-joins knows it too).
           if (name == n.name)
-            n.draining->store(on);
+            set_draining(n, on, admin);
           else if (auto m = st.table.member_of(name))
             if (auto j = st.members.find(*m); j != st.members.end())
               // the node checks the administrator's ticket itself
@@ -636,6 +648,7 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
         [self](drain_atom, bool on, signed_ticket& ticket) {
           auto& st = self->state;
           auto& n = settings_of(self->system());
+          std::string admin = "(insecure)";
           if (n.creds) {
             try {
               if (!st.table)
@@ -645,12 +658,13 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
                                                        to_string(st.table.node()));
               if (holder.subject != n.name)
                 throw credentials_error("it names another node");
+              admin = holder.name;
             } catch (const std::exception& e) {
               say(n, fmt::format("ignored a {} request: {}", on ? "drain" : "undrain", e.what()));
               return;
             }
           }
-          n.draining->store(on);
+          set_draining(n, on, admin);
           say(n, on ? "drained by the cluster's administrator: no new jobs; running ranks go on"
                     : "undrained: it takes jobs again");
         },

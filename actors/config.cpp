@@ -109,6 +109,12 @@ caf::actor spawn_guardian(caf::actor_system& sys) {
           self->state.colocators.push_back(std::move(c));
         },
         [=](shutdown_atom) { stop("the node agent shut down"); },
+        // the node drains or is back: every job with ranks here is told (its colocator
+        // passes it on to its driver)
+        [=](drain_atom, bool on, const std::string& how) {
+          for (auto& c : self->state.colocators)
+            self->send(c, drain_atom::value, on, how);
+        },
         [=](shutdown_atom, const std::string& why) { stop(why); },
         [=](kill_atom) { self->quit(caf::exit_reason::user_shutdown); },
     };

@@ -104,6 +104,7 @@ job::behavior_type job::make_behavior() {
           log_acks_.erase(it);
         }
       },
+      [this](drain_atom, std::string& node, bool on, std::string& how) { on_drain(node, on, how); },
       [this](chanfail_atom, uint32_t slot, std::string& what) {
         if (auto* s = slot_by_id(slot)) {
           s->channel_problem = what;

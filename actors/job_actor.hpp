@@ -105,6 +105,7 @@ struct ehost {
   std::string address;
   status st = status::connecting;
   bool listed = false;
+  bool draining = false; // its agent said it drains: never listed until it says it is back
   caf::node_id nid;
   colocator_actor colocator;
   node_info info;
@@ -211,6 +212,7 @@ private:
   void run_discovery();
   void discover_from_cluster();
   void discovery_ended();
+  void on_drain(const std::string& node, bool on, const std::string& how);
   std::string discovery_name() const;
   void on_discovered(bool ok, const std::string& text);
   void connect_host(const std::string& ep);

@@ -215,6 +215,9 @@ void job::begin_generation(std::vector<slot_info> plan, const std::vector<host_s
   for (auto& r : removed)
     if (auto it = host_end_.find(r); it != host_end_.end() && it->second.empty())
       it->second = "removed";
+  for (auto& a : added) // back after a removal (a drained node undrained)
+    if (auto it = host_end_.find(a); it != host_end_.end() && it->second == "removed")
+      it->second.clear();
   if (!elastic_)
     phase("launch");
   if (events_.enabled()) { // per-rank contexts are built only for a log that is written

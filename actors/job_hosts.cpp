@@ -3,6 +3,7 @@
 // unusable and lost hosts, the blacklist, and starting the coordinator's servers.
 #include "actors/job_actor.hpp"
 #include "runtime/net.hpp"
+#include "runtime/text.hpp"
 
 namespace cafhvd::driver_impl {
 
@@ -140,7 +141,7 @@ void job::on_discovered(bool ok, const std::string& text) {
     }
     auto& h = it->second;
     h.spec.slots = spec.slots;
-    h.listed = true;
+    h.listed = !h.draining;
     if (h.st == ehost::status::ready)
       warn_if_capped(h);
     if ((h.st == ehost::status::lost || h.st == ehost::status::unusable) && !h.blacklisted
@@ -161,6 +162,44 @@ void job::on_discovered(bool ok, const std::string& text) {
   }
   reconsider();
   discovery_ended();
+}
+
+// A node of the job drains (its colocator says so: an administrator drained it, or its
+// agent got SIGTERM with --drain-grace) or is back. An elastic job leaves it as a host
+// gone from discovery: at its next commit, not counted as a failure. A static job's ranks
+// run on; the job is told now, so that a stop at the grace is no surprise.
+void job::on_drain(const std::string& node, bool on, const std::string& how) {
+  auto sender = current_sender();
+  for (auto& [ep, h] : hosts_) {
+    // only the node's own colocator speaks for it
+    if (h.info.name != node || !h.colocator || !sender
+        || h.colocator.address() != caf::actor_cast<caf::actor_addr>(sender))
+      continue;
+    if (h.draining == on)
+      return;
+    h.draining = on;
+    events_.emit("host.draining", {{"host", node}, {"on", on}, {"how", how}});
+    size_t ranks = 0;
+    for (auto& [id, s] : slots_)
+      ranks += s.endpoint == ep && s.running ? 1 : 0;
+    if (!elastic_) {
+      if (on && ranks > 0)
+        say("warning: node {} drains ({}); this job's {} rank{} there run on, and the job fails "
+            "if the node stops them",
+            printable(node), printable(how), ranks, ranks == 1 ? "" : "s");
+      return;
+    }
+    if (on) {
+      say("node {} drains ({}): the job leaves it at its next commit", printable(node),
+          printable(how));
+      h.listed = false;
+    } else {
+      say("node {} is back ({}): the job may use it again from its next discovery",
+          printable(node), printable(how));
+    }
+    reconsider();
+    return;
+  }
 }
 
 // Name resolution and a reachability check run on a thread (neither may block the

@@ -345,6 +345,11 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           self->send(w, stop_atom::value, why);
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
+      [=](drain_atom, bool on, std::string& how) {
+        if (self->state.refused.empty())
+          self->send(self->state.driver, drain_atom::value, settings_of(self->system()).name, on,
+                     std::move(how));
+      },
       [=](kill_atom) {
         if (!self->state.refused.empty())
           return self->quit(caf::exit_reason::user_shutdown);

@@ -400,7 +400,10 @@ using driver_actor =
                      caf::replies_to<log_atom, uint32_t, std::string>::with<caf::ok_atom>,
                      // executor: the rank broke its channel's rules (slot, what); its
                      // process is killed, the exit report follows
-                     caf::reacts_to<chanfail_atom, uint32_t, std::string>>;
+                     caf::reacts_to<chanfail_atom, uint32_t, std::string>,
+                     // a node of the job drains (true: it takes no new ranks; elastic jobs
+                     // leave it) or is back (false): (node name, on, how, for messages)
+                     caf::reacts_to<drain_atom, std::string, bool, std::string>>;
 
 /// The driver's full interface: node-side messages plus its own signals and deadlines.
 using driver_full_actor = driver_actor::extend<
@@ -458,7 +461,9 @@ using colocator_actor = caf::typed_actor<
     caf::reacts_to<aborted_atom, uint64_t, gloo_abort_report>, // from an abort thread
     caf::reacts_to<terminate_atom, int32_t>, // SIGTERM every rank, SIGKILL after grace (ms)
     caf::reacts_to<stop_atom, std::string>,  // the agent shuts down (why): as terminate
-    caf::reacts_to<kill_atom>>;              // the grace period is over
+    // the node drains (true) or is back (false), how: told to the job's driver
+    caf::reacts_to<drain_atom, bool, std::string>,
+    caf::reacts_to<kill_atom>>; // the grace period is over
 
 // -- the cluster's membership -----------------------------------------------------------
 

@@ -279,13 +279,19 @@ int start_node(const node_options& o) {
     // SIGHUP re-reads the credentials (a new crl.pem); SIGINT and SIGTERM stop the agent.
     auto set = termination_signals();
     int sig = 0;
+    std::string stop_why; // what the ranks' exit reports say stopped them
     while (true) {
       if (sigwait(&set, &sig) != 0)
         continue;
       if (sig == SIGTERM && o.drain_grace > 0 && !fatal_seen) {
         // Drain first: no new jobs, reported to the cluster (elastic jobs leave at their
-        // next commit); the ranks' end, the grace or another signal ends the wait.
-        cfg.node->draining->store(true);
+        // next commit); the ranks' end, the grace or another signal ends the wait. Every
+        // job with ranks here is told now, not when its ranks are stopped.
+        if (!cfg.node->draining->exchange(true))
+          caf::anon_send(cfg.node->guardian, drain_atom::value, true,
+                         fmt::format("its agent received SIGTERM and stops within {} s "
+                                     "(--drain-grace)",
+                                     o.drain_grace));
         auto ranks = [&] {
           uint32_t n = 0;
           for (auto& j : cfg.node->jobs->snapshot())
@@ -307,6 +313,10 @@ int start_node(const node_options& o) {
           }
         }
         auto left = ranks();
+        if (left > 0 && !again)
+          stop_why = fmt::format("node agent '{}' was drained (SIGTERM) and its --drain-grace "
+                                 "of {} s ended",
+                                 name, o.drain_grace);
         std::cerr << fmt::format("caf-hvd node '{}': {}\n", name,
                                  left == 0 ? std::string{"drained: no ranks left"}
                                  : again   ? fmt::format("a second signal: stopping {} ranks", left)
@@ -351,7 +361,8 @@ int start_node(const node_options& o) {
     caf::scoped_actor self{sys};
     self->monitor(cfg.node->guardian);
     self->send(cfg.node->guardian, shutdown_atom::value,
-               fmt::format("node agent '{}' received {}", name, strsignal(sig)));
+               stop_why.empty() ? fmt::format("node agent '{}' received {}", name, strsignal(sig))
+                                : stop_why);
     self->receive([](caf::down_msg&) {},
                   caf::after(std::chrono::seconds(40)) >>
                       [&] {

@@ -301,6 +301,35 @@ class ClusterTest(unittest.TestCase):
         wait_until(lambda: not pids_matching(f": {self.marker};"), 5, "no rank left")
         del agent
 
+    def test_static_job_on_a_draining_agent_is_told_at_once_and_fails_at_the_grace(self):
+        """SIGTERM to an agent given --drain-grace (a spot VM's notice): a static job with
+        ranks there is told at once (its ranks run on: a job that ends within the grace is
+        not harmed), and when the grace ends with its rank still running the job fails,
+        saying that the drain's grace stopped it, not that a node was lost."""
+        self.c.node("ha", extra=["--drain-grace", "3"])
+        self.c.node("hb")
+        prog = ["sh", "-c", f': {self.marker}; echo ready; while :; do sleep 0.1; done']
+        p = self.c.start(["driver", "-np", "2", "-H",
+                          f'{self.c.spec("ha", 1)},{self.c.spec("hb", 1)}',
+                          "--kill-grace-seconds", "1", "--", *prog])
+        ready = [p.stdout.readline(), p.stdout.readline()]
+        self.assertTrue(all("ready" in l for l in ready), ready)
+        self.c.nodes["ha"][0].send_signal(signal.SIGTERM)
+        told = p.stderr.readline()
+        told_at = time.monotonic()
+        self.assertEqual(told.strip(), "caf-hvd: warning: node ha drains (its agent received "
+                         "SIGTERM and stops within 3 s (--drain-grace)); this job's 1 rank there "
+                         "run on, and the job fails if the node stops them")
+        out, err = p.communicate(timeout=30)
+        self.assertGreater(time.monotonic() - told_at, 2)  # told before the grace, not at it
+        self.assertEqual(p.returncode, 143, err)
+        self.assertIn("rank 0 on host ha ended with signal 15 (Terminated), stopped by its node "
+                      "agent (node agent 'ha' was drained (SIGTERM) and its --drain-grace of 3 s "
+                      "ended)", err)
+        self.assertNotIn("was lost", err)
+        self.assertEqual(self.c.nodes["ha"][0].wait(timeout=10), 0)
+        self.assert_no_ranks_left(timeout=10)
+
     def test_hung_node_agent_fails_the_job_within_its_link_timeout(self):
         p = self.running_job({"hostA": 1, "frozen": 1}, "--start-timeout", "60",
                              "--link-timeout", "3")

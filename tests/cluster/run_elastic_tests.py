@@ -552,6 +552,31 @@ class ElasticTest(unittest.TestCase):
         self.assertEqual([n for _, n, _ in seen][0], 2)
         self.assertIn(4, {n for _, n, _ in seen})
 
+    def test_a_draining_agent_is_left_like_a_host_gone_from_discovery(self):
+        """SIGTERM to an agent given --drain-grace: a job that found its hosts with a
+        discovery script (which still lists the node) leaves it at its next commit, blames
+        nobody, and the agent exits once its ranks are gone, long before its grace."""
+        self.c.node("ha")
+        agent = self.c.node("hb", extra=["--drain-grace", "60"])
+        self.set_hosts(("ha", 1), ("hb", 1))
+        self.start("--min-np", "1", steps=200)
+        self.wait_for_step(20)
+        sigterm = time.monotonic()
+        self.c.nodes["hb"][0].send_signal(signal.SIGTERM)
+        self.assertEqual(self.c.nodes["hb"][0].wait(timeout=30), 0)
+        self.assertLess(time.monotonic() - sigterm, 30)
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        text, seen = self.check_run(out, 200)
+        self.assertIn("node hb drains (its agent received SIGTERM and stops within 60 s "
+                      "(--drain-grace)): the job leaves it at its next commit", err)
+        self.assertRegex(err, r"generation 2: 1 ranks on ha:1 \(removed hb\)")
+        self.assertNotIn("blacklisted", err)
+        self.assertNotIn("was lost", err)
+        self.assertEqual(sorted({n for _, n, _ in seen}), [1, 2])
+        self.assertEqual([n for _, n, _ in seen][-1], 1)
+        del agent
+
     def test_slots_of_a_host_grow_and_shrink(self):
         self.c.node("ha")
         self.c.node("hb")

@@ -429,6 +429,28 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertRegex(err, rf"\(removed {names[1]}\)")
         self.assertRegex(err, rf"\(removed {names[2]}\)")
 
+    def test_a_static_job_on_a_drained_node_is_told_and_its_ranks_run_on(self):
+        names = [x["name"] for x in self.h.hosts]
+        admin = issue("admin", "root-admin")
+        self.agent(0, "--slots", "1")
+        self.agent(1, "--slots", "1")
+        self.wait_for("two nodes alive", self.all_alive(names[:2]))
+        marker = f"/tmp/caf-hvd-membership-{os.getpid()}-static-drain"
+        self.addCleanup(lambda: os.path.exists(marker) and os.remove(marker))
+        job = self.start_job(2, marker=marker)
+        self.slots_of(job, 2)
+        rc, out, err = self.h.run(0, [CAF_HVD, "drain", names[1], "--cluster",
+                                      f"{self.head}:{PORT}", "--cluster-dir", admin])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(job.stderr.readline().strip(),
+                         f"caf-hvd: warning: node {names[1]} drains (drained by the cluster's "
+                         "administrator 'root-admin'); this job's 1 rank there run on, and the "
+                         "job fails if the node stops them")
+        open(marker, "w").close()
+        out, err = job.communicate(timeout=60)
+        self.assertEqual(job.returncode, 0, err)
+        self.assertEqual(sorted(l[-1] for l in rank_lines(out).values()), ["job done"] * 2)
+
     def test_an_agent_on_a_host_whose_name_does_not_resolve_warns(self):
         """Real Horovod's hvd.init() ends with SIGSEGV on such a host (its process sets'
         Gloo device looks the host name up): the agent says so when it starts. The netns

@@ -68,6 +68,7 @@ driver_actor::behavior_type fake_driver() {
       [](result_atom, uint32_t, uint64_t, std::string&) {},
       [](log_atom, uint32_t, std::string&) { return caf::ok_atom::value; },
       [](chanfail_atom, uint32_t, std::string&) {},
+      [](drain_atom, std::string&, bool, std::string&) {},
   };
 }
 

@@ -50,6 +50,7 @@ struct node_log {
   bool silent_workers = false;                  // workers never report their host
   std::map<uint32_t, int32_t> exit_at_launch;   // slot id -> the code its process ends with
                                                 // at once (reported before the launch reply)
+  std::map<std::string, colocator_actor> colocators; // node -> its colocator
 };
 node_log* the_log = nullptr;
 
@@ -59,6 +60,7 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
   std::string name = the_log->next_name < the_log->names.size()
                          ? the_log->names[the_log->next_name++]
                          : std::string{"fake"};
+  the_log->colocators[name] = caf::actor_cast<colocator_actor>(self);
   return {
       [=](node_atom) -> caf::result<node_info> {
         if (!the_log->answer_node_info)
@@ -133,6 +135,9 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
       [](stop_atom, std::string&) {},
+      [=](drain_atom, bool on, std::string& how) { // as the real one: tell the driver
+        self->send(driver, drain_atom::value, name, on, how);
+      },
       [](abort_atom, std::vector<uint32_t>&, std::vector<std::string>&, std::vector<std::string>&) {
         return gloo_abort_report{};
       },
@@ -615,6 +620,45 @@ TEST_CASE_FIXTURE(fixture, "elastic: a host removed from discovery keeps its ran
   sched.advance_time(std::chrono::milliseconds(1100)); // the grace after the release
   sched.run();
   CHECK(log.signals[a0] == std::vector<int32_t>{SIGTERM});
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a node that drains is left at the next commit as a host gone "
+                           "from discovery, not blamed; only its own colocator speaks for it") {
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\nc:3:1\n");
+  auto c0 = slot_on("c", 0);
+  auto drain = [&](const std::string& node, bool on) {
+    caf::anon_send(log.colocators.at(node), drain_atom::value, on,
+                   std::string{"drained by the cluster's administrator 'root'"});
+    sched.run();
+  };
+  // a peer that names c but is not c's colocator changes nothing
+  caf::anon_send(caf::actor_cast<caf::actor>(job), drain_atom::value, std::string{"c"}, true,
+                 std::string{"forged"});
+  sched.run();
+  CHECK(names_of("generation.begin") == std::vector<std::string>{"generation.begin:1"});
+  drain("c", true);
+  CHECK(names_of("generation.begin")
+        == std::vector<std::string>{"generation.begin:1", "generation.begin:2"});
+  discover("a:1:1\nb:2:1\nc:3:1\n"); // the script still lists it: it stays out
+  CHECK(names_of("generation.begin").size() == 2);
+  vote("a", 0);
+  vote("b", 0);
+  CHECK(names_of("generation.released").size() == 2);
+  sched.advance_time(std::chrono::milliseconds(1100)); // the grace after the release
+  sched.run();
+  CHECK(log.signals[c0] == std::vector<int32_t>{SIGTERM});
+  exit(c0, 143);
+  CHECK(names_of("host.blacklisted").empty());
+  auto ev = events();
+  auto it = std::find_if(ev.begin(), ev.end(), [](auto& e) { return e["name"] == "host.draining"; });
+  REQUIRE(it != ev.end());
+  CHECK((*it)["context"]["host"] == "c");
+  // back: the next discovery that lists it adds it again
+  drain("c", false);
+  discover("a:1:1\nb:2:1\nc:3:1\n");
+  CHECK(names_of("generation.begin").size() == 3);
   interrupt();
 }
 
