@@ -104,9 +104,8 @@ struct table_state {
   // at once rather than at its next discovery.
   struct watcher {
     caf::strong_actor_ptr job_actor;
-    std::string job;
-    std::vector<std::string> labels;
-    std::string last; // what it got, as text
+    placement_request asked; // its job, labels and what a rank needs
+    std::string last;        // what it got, as text
   };
   std::map<caf::actor_addr, watcher> watchers;
   uint64_t nudges = 0;
@@ -138,7 +137,7 @@ void nudge_watchers(table_ptr self) {
     return;
   auto now = unix_ms();
   for (auto& [addr, w] : st.watchers) {
-    auto text = hosts_text(st.table.available(w.job, w.labels, now));
+    auto text = hosts_text(st.table.available(w.asked, now));
     if (text == w.last)
       continue;
     w.last = std::move(text);
@@ -370,27 +369,26 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           }
           return p;
         },
-        [self, node_id, refresh_self](discover_atom, std::string& job,
-                                      std::vector<std::string>& labels,
+        [self, node_id, refresh_self](discover_atom, placement_request& r,
                                       signed_ticket& ticket) -> placement {
           auto& st = self->state;
           auto& n = settings_of(self->system());
           placement p;
-          p.error = admit(self, ticket, cert_role::driver, "discover", job, "job");
+          p.error = admit(self, ticket, cert_role::driver, "discover", r.job, "job");
           if (!p.error.empty())
             return p;
           try {
-            labels = parse_labels(labels);
+            r.labels = parse_labels(r.labels);
           } catch (const std::exception& e) {
             p.error = e.what();
             return p;
           }
           refresh_self();
-          p.hosts = st.table.available(job, labels, unix_ms());
+          p.hosts = st.table.available(r, unix_ms());
           if (auto sender = self->current_sender()) {
             auto addr = caf::actor_cast<caf::actor_addr>(sender);
             auto [it, fresh] = st.watchers.try_emplace(addr);
-            it->second = {sender, job, labels, hosts_text(p.hosts)};
+            it->second = {sender, r, hosts_text(p.hosts)};
             if (fresh)
               self->monitor(addr);
           }

@@ -42,8 +42,13 @@ void job::discover_from_cluster() {
                 return on_discovered(false, fmt::format("could not sign a ticket: {}", e.what()));
               }
             }
-            request(table, std::chrono::seconds(10), discover_atom::value, job_id_,
-                    ec_.cluster_labels, std::move(ticket))
+            placement_request asked;
+            asked.job = job_id_;
+            asked.labels = ec_.cluster_labels;
+            asked.cpus_per_slot = job_.cpus_per_slot;
+            asked.gpus_per_slot = job_.gpus_per_slot;
+            request(table, std::chrono::seconds(10), discover_atom::value, std::move(asked),
+                    std::move(ticket))
                 .then(
                     [this](placement& p) {
                       if (!p.error.empty())

@@ -487,7 +487,8 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, placement_request& x) {
-  return f(caf::meta::type_name("placement_request"), x.job, x.np, x.spread, x.labels, x.hold_ms);
+  return f(caf::meta::type_name("placement_request"), x.job, x.np, x.spread, x.labels, x.hold_ms,
+           x.cpus_per_slot, x.gpus_per_slot);
 }
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, placed_host& x) {
@@ -525,12 +526,12 @@ using cluster_actor = caf::typed_actor<
     // asks again, once a second, until it is placed. The table monitors the asking actor,
     // which lives as long as the driver: its end frees what the table held for the job
     caf::replies_to<place_atom, placement_request, signed_ticket>::with<placement>,
-    // an elastic job's discovery (job id, labels; driver ticket: purpose "discover",
-    // subject the job id): the live nodes and the slots it may use there. The table
+    // an elastic job's discovery (job id, labels and what a rank needs, as for place;
+    // driver ticket: purpose "discover", subject the job id): the live nodes and the
+    // slots it may use there. The table
     // keeps the asking actor (monitored) and sends it (discover_atom, uint64_t serial)
     // as soon as that answer would change: the job asks again, at once
-    caf::replies_to<discover_atom, std::string, std::vector<std::string>,
-                    signed_ticket>::with<placement>,
+    caf::replies_to<discover_atom, placement_request, signed_ticket>::with<placement>,
     // an administrator drains (true) or undrains a node (its name; an admin ticket,
     // purpose "drain" or "undrain", subject the node): "" or why not; the table passes
     // the ticket on to that node's joiner, which checks it too

@@ -553,6 +553,8 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
   r.place.spread = o.placement == "spread";
   r.place.labels = node_labels;
   r.place.hold_ms = static_cast<uint32_t>(o.start_timeout * 1000) + 10000;
+  r.place.cpus_per_slot = r.job.cpus_per_slot;
+  r.place.gpus_per_slot = r.job.gpus_per_slot;
   r.slot_wait = o.slot_wait;
   return r;
 }

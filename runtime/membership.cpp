@@ -365,7 +365,95 @@ void membership_table::settle(int64_t now_ms, int64_t forget_ms) {
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
                               [&](auto& q) { return now_ms - q.last_ms > forget_ms; }),
                queue_.end());
+  for (auto it = needs_.begin(); it != needs_.end();) {
+    bool known = held_.count(it->first) > 0
+                 || std::any_of(queue_.begin(), queue_.end(),
+                                [&](auto& q) { return q.job == it->first; });
+    for (auto r = rows_.begin(); !known && r != rows_.end(); ++r)
+      for (auto& j : r->second.row.info.jobs)
+        known = known || j.job == it->first;
+    it = known ? std::next(it) : needs_.erase(it);
+  }
 }
+
+membership_table::fit membership_table::fit_of(const std::string& name, const member_row& row,
+                                               const std::string& job, uint32_t cpus_per_slot,
+                                               uint32_t gpus_per_slot,
+                                               std::map<std::string, uint64_t>* holders) const {
+  auto& m = row.info;
+  auto need = [&](const std::string& j) {
+    auto it = needs_.find(j);
+    return it == needs_.end() ? std::pair<uint32_t, uint32_t>{1, 0} : it->second;
+  };
+  uint64_t used = 0, cpus_used = 0, gpus_held = 0, own_gpus = 0;
+  for (auto& j : m.jobs) {
+    if (j.job == job) { // its own ranks are its own, and so are the devices lent to it
+      own_gpus = j.gpus.size();
+      continue;
+    }
+    used += j.ranks;
+    cpus_used += uint64_t{j.ranks} * std::max(1u, need(j.job).first);
+    if (holders)
+      (*holders)[j.job] += j.ranks;
+  }
+  for (auto& [held_job, h] : held_) {
+    if (held_job == job)
+      continue;
+    auto n = h.slots.find(name);
+    if (n == h.slots.end())
+      continue;
+    // held for it, less what its ranks there already hold (counted above)
+    uint32_t running = 0;
+    for (auto& j : m.jobs)
+      if (j.job == held_job)
+        running = j.ranks;
+    uint64_t extra = n->second > running ? n->second - running : 0;
+    used += extra;
+    cpus_used += extra * std::max(1u, need(held_job).first);
+    gpus_held += extra * need(held_job).second; // not lent by the node yet
+    if (holders)
+      (*holders)[held_job] += extra;
+  }
+  fit f;
+  auto cap = capacity_of(m);
+  f.used = used;
+  f.free = static_cast<uint32_t>(used >= cap ? 0 : cap - used);
+  uint64_t fits = f.free;
+  if (cpus_per_slot > 0) {
+    uint64_t cpus = std::max(1u, m.cpus);
+    fits = std::min(fits, (cpus_used >= cpus ? 0 : cpus - cpus_used) / cpus_per_slot);
+  }
+  if (gpus_per_slot > 0) {
+    uint64_t gpus = m.gpus_free.size() + own_gpus;
+    fits = std::min(fits, (gpus_held >= gpus ? 0 : gpus - gpus_held) / gpus_per_slot);
+  }
+  f.fits = static_cast<uint32_t>(fits);
+  return f;
+}
+
+namespace {
+
+// What a node could give one job if it ran nothing else.
+uint64_t most_of(const member_info& m, uint32_t cpus_per_slot, uint32_t gpus_per_slot) {
+  uint64_t n = capacity_of(m);
+  if (cpus_per_slot > 0)
+    n = std::min<uint64_t>(n, std::max(1u, m.cpus) / cpus_per_slot);
+  if (gpus_per_slot > 0)
+    n = std::min<uint64_t>(n, m.gpus.size() / gpus_per_slot);
+  return n;
+}
+
+// " (2 CPUs and 1 GPU each)", or "" for a rank that needs only its slot.
+std::string needs_text(uint32_t cpus, uint32_t gpus) {
+  std::vector<std::string> parts;
+  if (cpus)
+    parts.push_back(fmt::format("{} CPU{}", cpus, cpus == 1 ? "" : "s"));
+  if (gpus)
+    parts.push_back(fmt::format("{} GPU{}", gpus, gpus == 1 ? "" : "s"));
+  return parts.empty() ? std::string{} : fmt::format(" ({} each)", fmt::join(parts, " and "));
+}
+
+} // namespace
 
 placement membership_table::place(const placement_request& r, int64_t now_ms,
                                   const std::string& owner, int64_t forget_ms) {
@@ -388,7 +476,7 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
       return p;
     }
   // Free slots per matching node: capacity less what its agent reports and what is held
-  // for jobs placed but not running there yet.
+  // for jobs placed but not running there yet; of those, what a rank's CPUs and GPUs fit.
   struct cand {
     std::string name;
     const member_row* row;
@@ -397,43 +485,33 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
   std::vector<cand> nodes;
   uint64_t capacity = 0, free = 0;
   std::map<std::string, uint64_t> holders; // job -> slots it holds on matching nodes
+  bool needs = r.cpus_per_slot > 0 || r.gpus_per_slot > 0;
   for (auto& [name, e] : rows_) {
     auto& m = e.row.info;
     if (e.row.state != "alive" || m.draining || e.row.drained || !has_labels(m, r.labels))
       continue;
-    uint64_t used = 0;
-    for (auto& j : m.jobs) {
-      used += j.ranks;
-      holders[j.job] += j.ranks;
-    }
-    for (auto& [job, h] : held_)
-      if (auto n = h.slots.find(name); n != h.slots.end()) {
-        // held for it, less what its ranks there already hold (counted above)
-        uint32_t running = 0;
-        for (auto& j : m.jobs)
-          if (j.job == job)
-            running = j.ranks;
-        auto extra = n->second > running ? n->second - running : 0;
-        used += extra;
-        holders[job] += extra;
-      }
-    auto cap = capacity_of(m);
-    capacity += cap;
-    auto f = static_cast<uint32_t>(used >= cap ? 0 : cap - used);
-    free += f;
-    nodes.push_back({name, &e.row, f});
+    auto f = fit_of(name, e.row, r.job, r.cpus_per_slot, r.gpus_per_slot, &holders);
+    capacity += needs ? most_of(m, r.cpus_per_slot, r.gpus_per_slot) : capacity_of(m);
+    free += f.fits;
+    nodes.push_back({name, &e.row, f.fits});
   }
   auto label_text = r.labels.empty() ? std::string{}
                                      : fmt::format(" labelled {}", fmt::join(r.labels, ","));
+  auto each = needs_text(r.cpus_per_slot, r.gpus_per_slot);
   if (nodes.empty()) {
     p.error = fmt::format("the cluster has no live node{} to place on", label_text);
     return p;
   }
   if (r.np > capacity) {
-    p.error = fmt::format("the cluster's live nodes{} have {} slot{} in all; -np {} cannot fit",
-                          label_text, capacity, capacity == 1 ? "" : "s", r.np);
+    p.error = needs ? fmt::format("the cluster's live nodes{} fit {} rank{}{} in all; -np {} "
+                                  "cannot fit",
+                                  label_text, capacity, capacity == 1 ? "" : "s", each, r.np)
+                    : fmt::format("the cluster's live nodes{} have {} slot{} in all; -np {} "
+                                  "cannot fit",
+                                  label_text, capacity, capacity == 1 ? "" : "s", r.np);
     return p;
   }
+  needs_[r.job] = {r.cpus_per_slot, r.gpus_per_slot};
   // First come, first served: a job waits behind those that asked before it.
   auto q = std::find_if(queue_.begin(), queue_.end(), [&](auto& a) { return a.job == r.job; });
   if (q == queue_.end())
@@ -446,8 +524,8 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
       if (n > 0)
         who.push_back(fmt::format("{} held by job {}", n, job));
     p.waiting = true;
-    p.waiting_for = fmt::format("{} slot{}{}: {} free of {}{}{}", r.np, r.np == 1 ? "" : "s",
-                                label_text, free, capacity,
+    p.waiting_for = fmt::format("{} slot{}{}{}: {} free of {}{}{}", r.np, r.np == 1 ? "" : "s",
+                                each, label_text, free, capacity,
                                 who.empty() ? "" : ", " + fmt::format("{}", fmt::join(who, ", ")),
                                 ahead ? fmt::format(", {} job{} asked first", ahead,
                                                     ahead == 1 ? "" : "s")
@@ -490,31 +568,19 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
   return p;
 }
 
-std::vector<placed_host> membership_table::available(const std::string& job,
-                                                     const std::vector<std::string>& labels,
+std::vector<placed_host> membership_table::available(const placement_request& r,
                                                      int64_t now_ms) {
   settle(now_ms, 5000);
+  needs_[r.job] = {r.cpus_per_slot, r.gpus_per_slot};
   std::vector<placed_host> out;
   for (auto& [name, e] : rows_) {
     auto& m = e.row.info;
-    if (e.row.state != "alive" || m.draining || e.row.drained || !has_labels(m, labels))
+    if (e.row.state != "alive" || m.draining || e.row.drained || !has_labels(m, r.labels))
       continue;
-    uint64_t others = 0;
-    for (auto& j : m.jobs)
-      if (j.job != job)
-        others += j.ranks;
-    for (auto& [held_job, h] : held_)
-      if (held_job != job)
-        if (auto n = h.slots.find(name); n != h.slots.end()) {
-          uint32_t running = 0;
-          for (auto& j : m.jobs)
-            if (j.job == held_job)
-              running = j.ranks;
-          others += n->second > running ? n->second - running : 0;
-        }
-    auto cap = capacity_of(m);
-    if (others < cap)
-      out.push_back({name, m.address, m.port, static_cast<uint32_t>(cap - others), false});
+    // What this job may use there: its own ranks' slots count as its own.
+    auto f = fit_of(name, e.row, r.job, r.cpus_per_slot, r.gpus_per_slot);
+    if (f.fits > 0)
+      out.push_back({name, m.address, m.port, f.fits, false});
   }
   return out;
 }

@@ -110,6 +110,10 @@ struct placement_request {
   bool spread = false;             // across nodes (default: packed on as few as possible)
   std::vector<std::string> labels; // KEY=VALUE every chosen node must have
   uint32_t hold_ms = 0; // how long the table holds the slots for the job before its ranks run
+  // what each rank needs of a node besides its slot (0: nothing), counted as Ray's
+  // RayHostDiscovery counts: a node fits min(free slots, free CPUs / cpus_per_slot, free
+  // GPUs / gpus_per_slot) more ranks
+  uint32_t cpus_per_slot = 0, gpus_per_slot = 0;
 };
 
 struct placed_host {
@@ -163,8 +167,7 @@ public:
   /// An elastic job's discovery: every live node (with `labels`, not draining) and the
   /// slots `job` may use there (capacity less other jobs' ranks and holds), those with
   /// none left out.
-  std::vector<placed_host> available(const std::string& job,
-                                     const std::vector<std::string>& labels, int64_t now_ms);
+  std::vector<placed_host> available(const placement_request& r, int64_t now_ms);
 
 private:
   struct held {
@@ -174,6 +177,18 @@ private:
     placement answer;
   };
   std::map<std::string, held> held_; // by job
+  // What a rank of a job placed or discovering here needs (CPUs, GPUs): a node's other
+  // jobs' ranks count one CPU each unless the table knows better. Forgotten once no node
+  // reports the job and nothing is held for it.
+  std::map<std::string, std::pair<uint32_t, uint32_t>> needs_;
+  struct fit {
+    uint32_t free = 0; // free slots (capacity less other jobs' ranks and holds)
+    uint32_t fits = 0; // ... that a rank of this job also finds CPUs and GPUs for
+    uint64_t used = 0; // slots other jobs use or hold
+  };
+  fit fit_of(const std::string& name, const member_row& row, const std::string& job,
+             uint32_t cpus_per_slot, uint32_t gpus_per_slot,
+             std::map<std::string, uint64_t>* holders = nullptr) const;
   struct asked {
     std::string job, owner;
     int64_t last_ms = 0;

@@ -451,6 +451,47 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertEqual(job.returncode, 0, err)
         self.assertEqual(sorted(l[-1] for l in rank_lines(out).values()), ["job done"] * 2)
 
+    def test_gpus_and_cpus_per_slot_go_into_placement(self):
+        names = [x["name"] for x in self.h.hosts]
+        self.agent(0, "--slots", "4", "--gpus", "none")
+        self.agent(1, "--slots", "4", "--gpus", "0,1")
+        self.wait_for("two nodes alive", self.all_alive(names[:2]))
+        marker = f"/tmp/caf-hvd-membership-{os.getpid()}-gpus"
+        self.addCleanup(lambda: os.path.exists(marker) and os.remove(marker))
+        # ranks of 1 GPU go where the GPUs are, although the other node has more free slots
+        job = self.start_job(2, "--gpus-per-slot", "1", marker=marker)
+        self.assertEqual({h for h, _ in self.slots_of(job, 2)}, {names[1]})
+        # a third GPU rank waits (the 2 devices are lent), one that can never fit is told
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
+                                      "--cluster", f"{self.head}:{PORT}", "-np", "1",
+                                      "--gpus-per-slot", "1", "--slot-wait", "1", "--", "true"])
+        self.assertEqual(rc, 1)
+        self.assertIn("waited for 1 slot (1 GPU each): 0 free of 2", err)
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
+                                      "--cluster", f"{self.head}:{PORT}", "-np", "3",
+                                      "--gpus-per-slot", "1", "--", "true"])
+        self.assertEqual(rc, 1)
+        self.assertIn("the cluster's live nodes fit 2 ranks (1 GPU each) in all; -np 3 cannot "
+                      "fit", err)
+        open(marker, "w").close()
+        out, err = job.communicate(timeout=60)
+        self.assertEqual(job.returncode, 0, err)
+        # CPUs: a node's processors are shared out by --cpus-per-slot (each netns host is
+        # this machine: its processor count)
+        cpus = os.cpu_count()
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
+                                      "--cluster", f"{self.head}:{PORT}", "-np", "3",
+                                      "--cpus-per-slot", str(cpus), "--", "true"])
+        self.assertEqual(rc, 1)
+        self.assertIn(f"the cluster's live nodes fit 2 ranks ({cpus} CPUs each) in all", err)
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
+                                      "--cluster", f"{self.head}:{PORT}", "-np", "2",
+                                      "--cpus-per-slot", str(cpus), "--", "sh", "-c",
+                                      "echo $HOROVOD_HOSTNAME $OMP_NUM_THREADS"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(l[0] for l in rank_lines(out).values()),
+                         sorted(f"{n} {cpus}" for n in names[:2]))
+
     def test_an_agent_on_a_host_whose_name_does_not_resolve_warns(self):
         """Real Horovod's hvd.init() ends with SIGSEGV on such a host (its process sets'
         Gloo device looks the host name up): the agent says so when it starts. The netns

@@ -189,6 +189,59 @@ TEST_CASE("placement: packed or spread over free slots, held until the agents re
         std::string::npos);
 }
 
+TEST_CASE("placement: CPUs and GPUs per rank count as Ray's discovery counts them; an elastic "
+          "job's own ranks and devices stay its own") {
+  membership_table t;
+  auto gpu = node("g1", 8);
+  gpu.cpus = 8;
+  gpu.gpus = {0, 1, 2, 3};
+  gpu.gpus_free = {0, 1, 2, 3};
+  auto cpu = node("c1", 0); // no --slots: one slot per processor
+  cpu.cpus = 16;
+  CHECK(t.join(1, gpu, cert("g1"), 0) == "");
+  CHECK(t.join(2, cpu, cert("c1"), 0) == "");
+  auto needs = [](placement_request r, uint32_t cpus, uint32_t gpus) {
+    r.cpus_per_slot = cpus;
+    r.gpus_per_slot = gpus;
+    return r;
+  };
+  // 2 GPUs a rank: only g1, and only 2 ranks there
+  CHECK(where(t.place(needs(job("a", 3), 0, 2), 1000))
+        == "error: the cluster's live nodes fit 2 ranks (2 GPUs each) in all; -np 3 cannot fit");
+  CHECK(where(t.place(needs(job("a", 1), 0, 2), 1000)) == "g1:1");
+  // a's rank holds 2 GPUs until its agent reports it: b finds 1 rank's worth left
+  CHECK(where(t.place(needs(job("b", 2), 0, 2), 1100))
+        == "waiting for 2 slots (2 GPUs each): 1 free of 2, 1 held by job a");
+  t.release("b");
+  // 4 CPUs a rank: c1 fits 4, g1 fits 1 (8 CPUs, a's rank counts 1 CPU... it asked for none)
+  CHECK(where(t.place(needs(job("c", 5), 4, 0), 1200)) == "c1:4,g1:1");
+  // the agents report a (its 2 devices lent) and c: nothing of 4 CPUs fits now
+  t.update(1, with_jobs([&] { auto g = gpu; g.gpus_free = {2, 3}; return g; }(),
+                        {{"a", "alice", 1, {0, 1}, 1000}, {"c", "bob", 1, {}, 1200}}),
+           1300);
+  t.update(2, with_jobs(cpu, {{"c", "bob", 4, {}, 1200}}), 1300);
+  CHECK(where(t.place(needs(job("d", 1), 4, 0), 1400))
+        == "waiting for 1 slot (4 CPUs each): 0 free of 6, 1 held by job a, 5 held by job c");
+  t.release("d");
+  // an elastic job counts its own ranks and devices as its own: a may use both GPU pairs
+  auto mine = t.available(needs(job("a", 0), 0, 2), 1500);
+  REQUIRE(mine.size() == 1);
+  CHECK(mine[0].name == "g1");
+  CHECK(mine[0].slots == 2);
+  // another GPU job may use only the free pair; a CPU-only job finds c1's left CPUs
+  CHECK(t.available(needs(job("e", 0), 0, 2), 1500)[0].slots == 1);
+  // c's 4 ranks of 4 CPUs fill c1's 16 processors; g1 has 8 less a's 1 and c's 4
+  auto cpus = t.available(needs(job("f", 0), 1, 0), 1500);
+  REQUIRE(cpus.size() == 1);
+  CHECK(cpus[0].name == "g1");
+  CHECK(cpus[0].slots == 3);
+  // without a CPU need, slots alone count: c1's 12 free of its 16
+  auto slots = t.available(job("f", 0), 1500);
+  REQUIRE(slots.size() == 2);
+  CHECK(slots[0].name == "c1");
+  CHECK(slots[0].slots == 12);
+}
+
 TEST_CASE("node book: --slots counts every job's ranks on the node; each holds an index") {
   node_book b;
   b.set_capacity(3);
