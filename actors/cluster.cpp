@@ -365,8 +365,8 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
               where += fmt::format("{}{}:{}", where.empty() ? "" : ",", h.name, h.slots);
             say(n, fmt::format("placed job {} ({} rank{}): {}", r.job, r.np, r.np == 1 ? "" : "s",
                                where));
-            nudge_watchers(self);
           }
+          nudge_watchers(self); // placed or waiting: elastic jobs may grow less
           return p;
         },
         [self, node_id, refresh_self](discover_atom, placement_request& r,

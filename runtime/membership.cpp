@@ -515,7 +515,7 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
   // First come, first served: a job waits behind those that asked before it.
   auto q = std::find_if(queue_.begin(), queue_.end(), [&](auto& a) { return a.job == r.job; });
   if (q == queue_.end())
-    q = queue_.insert(queue_.end(), asked{r.job, owner, now_ms});
+    q = queue_.insert(queue_.end(), asked{r.job, owner, now_ms, r});
   q->last_ms = now_ms;
   auto ahead = static_cast<size_t>(q - queue_.begin());
   if (free < r.np || ahead > 0) {
@@ -572,6 +572,27 @@ std::vector<placed_host> membership_table::available(const placement_request& r,
                                                      int64_t now_ms) {
   settle(now_ms, 5000);
   needs_[r.job] = {r.cpus_per_slot, r.gpus_per_slot};
+  // Slots jobs waiting in line need, taken from the nodes they could use, in name order:
+  // this job may not grow into those.
+  std::map<std::string, uint64_t> promised;
+  for (auto& q : queue_) {
+    if (q.job == r.job)
+      continue;
+    uint64_t want = q.request.np;
+    for (auto& [name, e] : rows_) {
+      auto& m = e.row.info;
+      if (want == 0)
+        break;
+      if (e.row.state != "alive" || m.draining || e.row.drained
+          || !has_labels(m, q.request.labels))
+        continue;
+      auto f = fit_of(name, e.row, q.job, q.request.cpus_per_slot, q.request.gpus_per_slot);
+      uint64_t spare = f.fits > promised[name] ? f.fits - promised[name] : 0;
+      auto k = std::min(want, spare);
+      promised[name] += k;
+      want -= k;
+    }
+  }
   std::vector<placed_host> out;
   for (auto& [name, e] : rows_) {
     auto& m = e.row.info;
@@ -579,8 +600,15 @@ std::vector<placed_host> membership_table::available(const placement_request& r,
       continue;
     // What this job may use there: its own ranks' slots count as its own.
     auto f = fit_of(name, e.row, r.job, r.cpus_per_slot, r.gpus_per_slot);
-    if (f.fits > 0)
-      out.push_back({name, m.address, m.port, f.fits, false});
+    uint32_t own = 0;
+    for (auto& j : m.jobs)
+      if (j.job == r.job)
+        own = j.ranks;
+    uint64_t fits = f.fits;
+    if (auto p = promised.find(name); p != promised.end() && fits > own)
+      fits = std::max<uint64_t>(own, fits > p->second ? fits - p->second : 0);
+    if (fits > 0)
+      out.push_back({name, m.address, m.port, static_cast<uint32_t>(fits), false});
   }
   return out;
 }

@@ -165,8 +165,9 @@ public:
   /// The job's driver is gone: slots held for it are free (its agents free theirs).
   void release(const std::string& job, const std::string& owner = {});
   /// An elastic job's discovery: every live node (with `labels`, not draining) and the
-  /// slots `job` may use there (capacity less other jobs' ranks and holds), those with
-  /// none left out.
+  /// slots `job` may use there (capacity less other jobs' ranks and holds, and less what
+  /// jobs waiting in line asked for: it keeps its own ranks but grows only into slots no
+  /// waiting job needs), those with none left out.
   std::vector<placed_host> available(const placement_request& r, int64_t now_ms);
 
 private:
@@ -192,6 +193,7 @@ private:
   struct asked {
     std::string job, owner;
     int64_t last_ms = 0;
+    placement_request request; // what it waits for: elastic jobs do not grow into it
   };
   std::vector<asked> queue_;
   void settle(int64_t now_ms, int64_t forget_ms);

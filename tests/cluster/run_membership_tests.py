@@ -338,6 +338,37 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertRegex(err, rf"generation 2: 3 ranks on .*\(added {names[2]}\)")
         self.assertRegex(err, rf"generation \d+: 2 ranks on .*\(removed {names[1]}\)")
 
+    def test_an_elastic_job_leaves_a_joining_node_to_a_job_waiting_for_slots(self):
+        """An elastic job holds every slot; a static job waits for 2; a node with 2 slots
+        joins: the waiting job gets them, not the elastic job (which grows onto the node
+        only once that job is done)."""
+        names = [x["name"] for x in self.h.hosts]
+        self.agent(0, "--slots", "2")
+        self.agent(1, "--slots", "2")
+        self.wait_for("two nodes alive", self.all_alive(names[:2]))
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
+             self.driver_dir, "--cluster", f"{self.head}:{PORT}", "--min-np", "1",
+             "--max-np", "8", "--", ALLREDUCE, "--elastic", "--steps", "600", "--step-ms", "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(p)
+        until, seen = line_reader(p)
+        until(r"step \d+ size 4 ")
+        marker = f"/tmp/caf-hvd-membership-{os.getpid()}-yield"
+        self.addCleanup(lambda: os.path.exists(marker) and os.remove(marker))
+        waiting = self.start_job(2, "--slot-wait", "60", marker=marker, name="waiting")
+        self.assertRegex(waiting.stderr.readline(), r"caf-hvd: waiting for 2 slots: 0 free of 4")
+        self.agent(2, "--slots", "2")
+        self.assertEqual({h for h, _ in self.slots_of(waiting, 2)}, {names[2]})
+        self.assertNotRegex("".join(seen), r"size [56] ")
+        open(marker, "w").close()
+        out, err = waiting.communicate(timeout=60)
+        self.assertEqual(waiting.returncode, 0, err)
+        until(r"step \d+ size 6 ")  # the waiting job is gone: the elastic job grows
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("elastic run done: 600 steps, checksum 180300", "".join(seen) + out)
+
     def test_the_python_executors_with_no_hosts_use_the_configured_cluster(self):
         names = [x["name"] for x in self.h.hosts]
         for i in range(3):

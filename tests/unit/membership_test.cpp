@@ -242,6 +242,33 @@ TEST_CASE("placement: CPUs and GPUs per rank count as Ray's discovery counts the
   CHECK(slots[0].slots == 12);
 }
 
+TEST_CASE("placement: an elastic job keeps its ranks but grows only into slots no waiting job "
+          "asked for") {
+  membership_table t;
+  CHECK(t.join(1, with_jobs(node("ha", 4), {{"el", "alice", 2, {}, 0}}), cert("ha"), 0) == "");
+  CHECK(t.join(2, node("hb", 4), cert("hb"), 0) == "");
+  auto slots = [&](int64_t now) {
+    std::string out;
+    for (auto& h : t.available(job("el", 0), now))
+      out += (out.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);
+    return out;
+  };
+  CHECK(slots(1000) == "ha:4,hb:4");
+  // a job of 7 waits (6 free of 8: the elastic job's ranks hold the other 2)
+  CHECK(where(t.place(job("w", 7), 1100)).rfind("waiting for 7 slots: 6 free of 8", 0) == 0);
+  CHECK(slots(1200) == "ha:2"); // its own 2; the 6 free are promised to w
+  // w is gone (it stopped asking): the elastic job may grow again
+  CHECK(slots(1100 + 6000) == "ha:4,hb:4");
+  // a waiting job with a label reserves only where that label is
+  auto b = node("hb", 4);
+  b.labels = {"zone=b"};
+  t.update(2, b, 7200);
+  CHECK(where(t.place(job("z", 5, false, {"zone=b"}), 7300)).rfind("error", 0) == 0);
+  CHECK(where(t.place(job("y", 3, false, {"zone=b"}), 7300)) == "hb:3"); // placed, held
+  CHECK(where(t.place(job("x", 2, false, {"zone=b"}), 7400)).rfind("waiting", 0) == 0);
+  CHECK(slots(7500) == "ha:4"); // hb's last slot is promised to x; ha is not
+}
+
 TEST_CASE("node book: --slots counts every job's ranks on the node; each holds an index") {
   node_book b;
   b.set_capacity(3);
