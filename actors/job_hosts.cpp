@@ -56,7 +56,10 @@ void job::discover_from_cluster() {
                       std::string text;
                       for (auto& h : p.hosts)
                         text += fmt::format("{}:{}:{}\n",
-                                            h.holder ? ec_.cluster->host : h.address, h.port,
+                                            h.holder && !is_loopback_address(ec_.cluster->host)
+                                                ? ec_.cluster->host
+                                                : h.address,
+                                            h.port,
                                             h.slots);
                       on_discovered(true, text);
                     },

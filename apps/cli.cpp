@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <thread>
 #include <unistd.h>
 
@@ -45,6 +47,60 @@ std::string shim_path() {
                     "caf-hvd)",
                     path));
   return path;
+}
+
+#ifndef CAF_HVD_NODE_DEFAULTS
+#define CAF_HVD_NODE_DEFAULTS "/etc/default/caf-hvd-node"
+#endif
+
+namespace {
+
+// KEY=VALUE lines of an environment file as systemd's EnvironmentFile= reads them
+// (comments, blank lines and surrounding quotes aside).
+std::map<std::string, std::string> read_env_file(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::ifstream in{path};
+  for (std::string line; std::getline(in, line);) {
+    auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#')
+      continue;
+    auto eq = line.find('=', first);
+    if (eq == std::string::npos)
+      continue;
+    auto key = line.substr(first, eq - first);
+    auto value = line.substr(eq + 1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t' || value.back() == '\r'))
+      value.pop_back();
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'')
+        && value.back() == value.front())
+      value = value.substr(1, value.size() - 2);
+    out[key] = value;
+  }
+  return out;
+}
+
+} // namespace
+
+cluster_choice default_cluster(const std::string& given) {
+  if (!given.empty())
+    return {given, "--cluster"};
+  if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
+    return {env, "$CAF_HVD_CLUSTER"};
+  std::string path = CAF_HVD_NODE_DEFAULTS;
+  if (const char* env = std::getenv("CAF_HVD_NODE_DEFAULTS"); env && *env)
+    path = env;
+  if (access(path.c_str(), R_OK) != 0)
+    return {};
+  auto conf = read_env_file(path);
+  if (auto join = conf["CAF_HVD_NODE_JOIN"]; !join.empty())
+    return {join, fmt::format("the installed agent's configuration {} (CAF_HVD_NODE_JOIN)", path)};
+  auto bind = conf["CAF_HVD_NODE_BIND"];
+  auto port = conf["CAF_HVD_NODE_PORT"];
+  auto host = bind.empty() || bind == "0.0.0.0" ? std::string{"127.0.0.1"} : bind;
+  return {port.empty() ? host : fmt::format("{}:{}", host, port),
+          fmt::format("the installed agent's configuration {} (this host's agent, which "
+                      "joins no other)",
+                      path)};
 }
 
 void exit_watchdog(int code) {

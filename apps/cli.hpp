@@ -73,6 +73,18 @@ struct tls_choice {
 std::optional<cluster_credentials> credentials_for(const tls_choice& tls, cert_role role);
 
 // The subcommands, each returning the process's exit code; argv[1] is the subcommand.
+/// Where the cluster is when a command needs one: `given` (--cluster), else
+/// $CAF_HVD_CLUSTER, else the installed node agent's configuration
+/// (/etc/default/caf-hvd-node, or the file $CAF_HVD_NODE_DEFAULTS names): the agent it
+/// joins (CAF_HVD_NODE_JOIN), or the agent itself, which then holds the table
+/// (CAF_HVD_NODE_BIND or 127.0.0.1, CAF_HVD_NODE_PORT). `address` is empty when none is
+/// there; `source` says which one it was, for messages.
+struct cluster_choice {
+  std::string address;
+  std::string source;
+};
+cluster_choice default_cluster(const std::string& given);
+
 int run_node(int argc, char** argv);
 int run_job(int argc, char** argv, bool embedded); // run (embedded) and driver
 int run_cluster(int argc, char** argv);

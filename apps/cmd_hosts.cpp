@@ -27,7 +27,8 @@ int run_hosts(int argc, char** argv) {
                                                  "HOST:SLOTS or HOST:PORT:SLOTS, comma-separated")(
       "hostfile", po::value(&hostfile), "file of 'HOST[:PORT] slots=N' lines")(
       "cluster", po::value(&cluster),
-      "HOST[:PORT]: a cluster whose table places the ranks (default: $CAF_HVD_CLUSTER)");
+      "HOST[:PORT]: a cluster whose table places the ranks (default: $CAF_HVD_CLUSTER, else "
+      "the installed agent's /etc/default/caf-hvd-node)");
   if (!parse_options_only(argc, argv, desc, "hosts"))
     return 0; // --help
   if (!hosts.empty() && !hostfile.empty())
@@ -57,8 +58,8 @@ int run_hosts(int argc, char** argv) {
       list = parse_hostfile(in, file);
       source = fmt::format("$CAF_HVD_HOSTFILE {}", file);
     } else {
-      const char* env = std::getenv("CAF_HVD_CLUSTER");
-      auto where = !cluster.empty() ? cluster : env && *env ? std::string{env} : std::string{};
+      auto choice = default_cluster(cluster);
+      auto where = choice.address;
       if (where.empty())
         throw usage_error("no hosts: give -H or --hostfile, run inside a Slurm, PBS or LSF "
                           "allocation, or name a cluster (--cluster HOST[:PORT] or "
@@ -66,7 +67,7 @@ int run_hosts(int argc, char** argv) {
       std::cerr << fmt::format("caf-hvd: the hosts come from the cluster at {} ({}): its table "
                                "places a job's ranks on free slots when the job starts; "
                                "'caf-hvd status' lists its nodes\n",
-                               where, cluster.empty() ? "$CAF_HVD_CLUSTER" : "--cluster");
+                               where, choice.source);
       return 0;
     }
   } catch (const spec_error& e) {

@@ -76,18 +76,18 @@ std::variant<cluster_view, std::string> fetch(caf::actor_system& sys, const clus
   return out;
 }
 
-// --cluster, else $CAF_HVD_CLUSTER, as an address; a usage error when neither is there.
-cluster_address cluster_option(std::string where, const char* hint) {
-  if (where.empty())
-    if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
-      where = env;
-  if (where.empty())
+// --cluster, else $CAF_HVD_CLUSTER, else the installed agent's (default_cluster), as an
+// address; a usage error when none is there.
+cluster_address cluster_option(const std::string& given, const char* hint) {
+  auto where = default_cluster(given);
+  if (where.address.empty())
     throw usage_error(
         fmt::format("give the cluster with --cluster HOST[:PORT]{} or set CAF_HVD_CLUSTER", hint));
   try {
-    return parse_cluster_address(where, default_node_port);
+    return parse_cluster_address(where.address, default_node_port);
   } catch (const std::exception& e) {
-    throw usage_error(fmt::format("--cluster '{}': {}", printable(where), e.what()));
+    throw usage_error(
+        fmt::format("{} '{}': {}", where.source, printable(where.address), e.what()));
   }
 }
 
@@ -106,7 +106,8 @@ int run_drain(int argc, char** argv, bool drain) {
   std::string cluster, where, node;
   desc.add_options()("help,h", "show this help")(
       "cluster", po::value(&where),
-      "HOST[:PORT]: the agent that holds the cluster's table; default: $CAF_HVD_CLUSTER")(
+      "HOST[:PORT]: the agent that holds the cluster's table; default: $CAF_HVD_CLUSTER, else "
+      "the installed agent's /etc/default/caf-hvd-node")(
       "cluster-dir", po::value(&cluster), "the cluster's credentials (an admin certificate)")(
       "insecure", "talk to agents started with --insecure")("node", po::value(&node),
                                                             "the node's name (as status shows it)");
@@ -169,7 +170,8 @@ int run_status(int argc, char** argv) {
   desc.add_options()("help,h", "show this help")(
       "cluster", po::value(&where),
       "HOST[:PORT]: an agent of the cluster (the one the others joined, or any that joined "
-      "it); default: $CAF_HVD_CLUSTER")("cluster-dir", po::value(&cluster),
+      "it); default: $CAF_HVD_CLUSTER, else the installed agent's /etc/default/caf-hvd-node "
+      "(the agent it joins, or itself)")("cluster-dir", po::value(&cluster),
                                          "the cluster's credentials (a driver certificate)")(
       "insecure", "talk to agents started with --insecure")(
       "json", "print the table as JSON (for scripts)")(

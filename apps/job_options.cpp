@@ -83,8 +83,9 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
     hosts_opts.add_options()(
         "cluster", po::value(&cluster_at),
         "HOST[:PORT]: with no -H/--hostfile (and outside an allocation), place the ranks on "
-        "free slots of the cluster whose table that agent holds (default: $CAF_HVD_CLUSTER); "
-        "the slots are the job's until its ranks there are gone")(
+        "free slots of the cluster whose table that agent holds (default: $CAF_HVD_CLUSTER, "
+        "else the installed agent's /etc/default/caf-hvd-node: the agent it joins, or "
+        "itself); the slots are the job's until its ranks there are gone")(
         "placement", po::value(&placement)->default_value("pack"),
         "--cluster: pack (as few nodes as possible) or spread (across nodes)")(
         "node-label", po::value(&node_labels)->composing(),
@@ -372,13 +373,12 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
   bool elastic = vm.count("host-discovery-script") > 0;
   // An elastic job may follow the cluster's table instead of a script: --cluster (or
   // $CAF_HVD_CLUSTER) with no host list and --min-np or --max-np.
-  std::string elastic_cluster;
+  std::string elastic_cluster, elastic_cluster_source;
   if (!embedded && !elastic && o.hosts.empty() && o.hostfile.empty()
       && (vm.count("min-np") || vm.count("max-np"))) {
-    elastic_cluster = o.cluster_at;
-    if (elastic_cluster.empty())
-      if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env)
-        elastic_cluster = env;
+    auto where = default_cluster(o.cluster_at);
+    elastic_cluster = where.address;
+    elastic_cluster_source = where.source;
     elastic = !elastic_cluster.empty();
   }
   for (auto flag : {"min-np", "max-np", "slots-per-host", "elastic-timeout", "reset-limit",
@@ -409,13 +409,9 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
       o.hostfile = env_file;
       host_source = "$CAF_HVD_HOSTFILE";
     } else {
-      auto where = o.cluster_at;
-      host_source = "--cluster";
-      if (where.empty())
-        if (const char* env = std::getenv("CAF_HVD_CLUSTER"); env && *env) {
-          where = env;
-          host_source = "$CAF_HVD_CLUSTER";
-        }
+      auto choice = default_cluster(o.cluster_at);
+      auto where = choice.address;
+      host_source = choice.source;
       if (!where.empty()) {
         try {
           cluster = parse_cluster_address(where, default_node_port);
@@ -477,18 +473,20 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
       try {
         a = parse_cluster_address(elastic_cluster, default_node_port);
       } catch (const std::exception& e) {
-        throw usage_error(fmt::format("--cluster '{}': {}", elastic_cluster, e.what()));
+        throw usage_error(
+            fmt::format("{} '{}': {}", elastic_cluster_source, elastic_cluster, e.what()));
       }
       std::string error;
       auto ip = resolve_ipv4(a.host, &error);
       if (!ip)
-        throw usage_error(fmt::format("--cluster '{}': cannot resolve '{}': {}", elastic_cluster,
-                                      a.host, error));
+        throw usage_error(fmt::format("{} '{}': cannot resolve '{}': {}", elastic_cluster_source,
+                                      elastic_cluster, a.host, error));
       a.host = *ip;
       job.elastic->cluster = a;
       job.elastic->cluster_labels = node_labels;
       job.job_id = make_job_id();
-      host_source = fmt::format("the cluster at {}:{} (elastic: its live nodes)", a.host, a.port);
+      host_source = fmt::format("the cluster at {}:{} (elastic: its live nodes; from {})", a.host,
+                                a.port, elastic_cluster_source);
     }
   } else if (cluster) {
     if (o.launcher != "none")

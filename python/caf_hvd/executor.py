@@ -326,13 +326,48 @@ def _pickled(what, obj):
         raise TypeError(f"{what} cannot be pickled: {type(e).__name__}: {e}") from e
 
 
+def installed_cluster():
+    """HOST[:PORT] of the cluster this machine's installed node agent belongs to, or None:
+    from /etc/default/caf-hvd-node (or the file $CAF_HVD_NODE_DEFAULTS names), as the
+    caf-hvd command reads it: the agent it joins (CAF_HVD_NODE_JOIN), else the agent
+    itself, which then holds the cluster's table (CAF_HVD_NODE_BIND or 127.0.0.1,
+    CAF_HVD_NODE_PORT)."""
+    path = os.environ.get("CAF_HVD_NODE_DEFAULTS") or "/etc/default/caf-hvd-node"
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    conf = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        conf[key.strip()] = value
+    if conf.get("CAF_HVD_NODE_JOIN"):
+        return conf["CAF_HVD_NODE_JOIN"]
+    bind = conf.get("CAF_HVD_NODE_BIND") or ""
+    host = "127.0.0.1" if bind in ("", "0.0.0.0") else bind
+    port = conf.get("CAF_HVD_NODE_PORT")
+    return f"{host}:{port}" if port else host
+
+
+def default_cluster(cluster=None):
+    """`cluster`, else $CAF_HVD_CLUSTER, else the installed agent's (installed_cluster)."""
+    return cluster or os.environ.get("CAF_HVD_CLUSTER") or installed_cluster()
+
+
 def _cluster(hosts, hostfile, cluster):
     """The cluster whose table places the ranks: `cluster` if given, else
-    $CAF_HVD_CLUSTER, when no hosts are given (given hosts always win), as Ray's
-    ray.init(address="auto") finds a running cluster."""
+    $CAF_HVD_CLUSTER, else the installed agent's, when no hosts are given (given hosts
+    always win), as Ray's ray.init(address="auto") finds a running cluster."""
     if hosts or hostfile:
         return None
-    return cluster or os.environ.get("CAF_HVD_CLUSTER") or None
+    return default_cluster(cluster)
 
 
 def _common_args(*, hosts, hostfile, cluster_dir, insecure, start_timeout,
@@ -547,8 +582,7 @@ class ElasticExecutor:
                  insecure=False, start_timeout=30, network_interface=None, cpus_per_worker=1,
                  slots_per_host=None, discovery_interval=1, use_gpu=False, gpus_per_worker=None,
                  *, verbose=False, python=None, caf_hvd=None, extra_args=(), cluster=None):
-        cluster = None if discovery_script else (cluster or
-                                                  os.environ.get("CAF_HVD_CLUSTER") or None)
+        cluster = None if discovery_script else default_cluster(cluster)
         if not discovery_script and not cluster:
             raise ValueError("discovery_script is required: an executable that prints the "
                              "available hosts, one HOST:PORT:SLOTS per line (or a cluster "

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from caf_hvd.executor import ElasticExecutor, Executor, ExecutorError
+from caf_hvd.executor import ElasticExecutor, Executor, ExecutorError, default_cluster
 
 
 @dataclass
@@ -148,8 +148,7 @@ class RayExecutor:
         if any(self._where.get(k) for k in ("hosts", "hostfile", "discovery_script")):
             self._where["cluster"] = None  # given hosts always win over a cluster
         else:
-            self._where["cluster"] = self._where.get("cluster") or \
-                os.environ.get("CAF_HVD_CLUSTER") or None
+            self._where["cluster"] = default_cluster(self._where.get("cluster"))
         self.elastic = min_workers is not None
         try:
             settings.elastic = self.elastic  # horovod.ray marks its settings so

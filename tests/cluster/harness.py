@@ -27,6 +27,10 @@ def make_cluster(path):
 _CLUSTER_TMP = tempfile.mkdtemp(prefix="caf-hvd-test-")
 atexit.register(shutil.rmtree, _CLUSTER_TMP, True)
 os.environ["CAF_HVD_CLUSTER_DIR"] = make_cluster(os.path.join(_CLUSTER_TMP, "cluster"))
+# A node agent installed on this machine (/etc/default/caf-hvd-node) names no cluster for
+# the tests' drivers; a test that wants one writes its own file.
+os.environ["CAF_HVD_NODE_DEFAULTS"] = os.path.join(_CLUSTER_TMP, "no-installed-agent")
+os.environ.pop("CAF_HVD_CLUSTER", None)
 
 
 def free_port():

@@ -375,9 +375,15 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
             self.agent(i, "--slots", "1")
         self.wait_for("three nodes alive", self.all_alive(names))
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = ["env", f"CAF_HVD_CLUSTER={self.head}:{PORT}", f"CAF_HVD={CAF_HVD}",
+        # no $CAF_HVD_CLUSTER: the cluster is the one host 1's installed agent joins (a
+        # file shaped as /etc/default/caf-hvd-node)
+        conf = os.path.join(CLUSTER, f"defaults-py-{os.getpid()}")
+        self.addCleanup(lambda: os.path.exists(conf) and os.remove(conf))
+        with open(conf, "w") as f:
+            f.write(f"CAF_HVD_NODE_PORT={PORT}\nCAF_HVD_NODE_JOIN='{self.head}:{PORT}'\n")
+        env = ["env", f"CAF_HVD_NODE_DEFAULTS={conf}", f"CAF_HVD={CAF_HVD}",
                f"CAF_HVD_CLUSTER_DIR={self.driver_dir}", f"PYTHONPATH={os.path.join(root, 'python')}"]
-        rc, out, err = self.h.run(0, env + ["/usr/bin/python3", os.path.join(
+        rc, out, err = self.h.run(1, env + ["/usr/bin/python3", os.path.join(
             os.path.dirname(os.path.abspath(__file__)), "cluster_executors_program.py")],
             timeout=240)
         self.assertEqual(rc, 0, err[-3000:])
@@ -522,6 +528,47 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(sorted(l[0] for l in rank_lines(out).values()),
                          sorted(f"{n} {cpus}" for n in names[:2]))
+
+    def test_the_installed_agents_configuration_names_the_default_cluster(self):
+        """On a head node whose package configuration runs the table's agent (it joins
+        nobody), or on a node that joins one, jobs, `status` and `hosts` need no
+        --cluster: they take it from /etc/default/caf-hvd-node (here a file of that shape
+        that $CAF_HVD_NODE_DEFAULTS names)."""
+        names = [x["name"] for x in self.h.hosts]
+        self.agent(0, "--slots", "1")
+        self.agent(1, "--slots", "1")
+        self.wait_for("two nodes alive", self.all_alive(names[:2]))
+        conf = os.path.join(CLUSTER, f"defaults-{os.getpid()}")
+        self.addCleanup(lambda: os.path.exists(conf) and os.remove(conf))
+
+        def installed(text):
+            with open(conf, "w") as f:
+                f.write("# as packaging/caf-hvd-node.default.in\n" + text)
+            return ["env", f"CAF_HVD_NODE_DEFAULTS={conf}", CAF_HVD]
+
+        head = installed(f"CAF_HVD_NODE_PORT={PORT}\nCAF_HVD_NODE_JOIN=\n")
+        rc, out, err = self.h.run(0, head + ["status", "--cluster-dir", self.driver_dir])
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"cluster held by '{names[0]}': 2 nodes alive", out)
+        rc, out, err = self.h.run(0, head + ["driver", "--cluster-dir", self.driver_dir, "-np",
+                                             "2", "--verbose", "--", "sh", "-c",
+                                             "echo $HOROVOD_HOSTNAME"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(l[0] for l in rank_lines(out).values()), sorted(names[:2]))
+        self.assertIn(f"the hosts come from the cluster at 127.0.0.1:{PORT} (the installed "
+                      f"agent's configuration {conf} (this host's agent, which joins no other))",
+                      err)
+        # a member node's configuration names the agent it joins, quoted as systemd allows
+        member = installed(f'CAF_HVD_NODE_PORT={PORT}\nCAF_HVD_NODE_JOIN="{self.head}:{PORT}"\n')
+        rc, out, err = self.h.run(1, member + ["hosts"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"the hosts come from the cluster at {self.head}:{PORT} (the installed "
+                      f"agent's configuration {conf} (CAF_HVD_NODE_JOIN))", err)
+        # given ones win: --cluster, then $CAF_HVD_CLUSTER
+        rc, out, err = self.h.run(1, member[:-1] + ["CAF_HVD_CLUSTER=127.0.0.1:1", CAF_HVD,
+                                                    "status", "--cluster-dir", self.driver_dir])
+        self.assertEqual(rc, 1)
+        self.assertIn("cannot reach the cluster at 127.0.0.1:1", err)
 
     def test_an_agent_on_a_host_whose_name_does_not_resolve_warns(self):
         """Real Horovod's hvd.init() ends with SIGSEGV on such a host (its process sets'

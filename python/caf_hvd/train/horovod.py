@@ -41,9 +41,9 @@ class HorovodConfig:
 class HorovodTrainer:
     """Ray Train's HorovodTrainer without Ray. Besides Ray's arguments it takes where
     the ranks run, keyword-only: hosts/hostfile (node agents, as -H takes them), cluster
-    (HOST[:PORT] of a cluster whose table places the ranks; default $CAF_HVD_CLUSTER when
-    no hosts are given), cluster_dir, insecure, and python/caf_hvd (the interpreter and
-    binary)."""
+    (HOST[:PORT] of a cluster whose table places the ranks; default $CAF_HVD_CLUSTER, else
+    the installed node agent's cluster, when no hosts are given), cluster_dir, insecure,
+    and python/caf_hvd (the interpreter and binary)."""
 
     def __init__(self, train_loop_per_worker, *, train_loop_config=None, horovod_config=None,
                  scaling_config=None, dataset_config=None, run_config=None, datasets=None,
