@@ -119,6 +119,7 @@ struct table_state {
 };
 
 constexpr uint64_t self_member = 0; // the holder's own row
+constexpr size_t max_watchers = 4096; // elastic jobs the table tells of changes
 
 std::string hosts_text(const std::vector<placed_host>& hosts) {
   std::string text;
@@ -385,7 +386,10 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           }
           refresh_self();
           p.hosts = st.table.available(r, unix_ms());
-          if (auto sender = self->current_sender()) {
+          // (a bounded number: beyond it, a job learns of changes at its next discovery)
+          if (auto sender = self->current_sender();
+              sender && (st.watchers.size() < max_watchers
+                         || st.watchers.count(caf::actor_cast<caf::actor_addr>(sender)))) {
             auto addr = caf::actor_cast<caf::actor_addr>(sender);
             auto [it, fresh] = st.watchers.try_emplace(addr);
             it->second = {sender, r, hosts_text(p.hosts)};
