@@ -16,6 +16,7 @@
 
 #include "runtime/credentials.hpp"
 #include "runtime/gpu.hpp"
+#include "runtime/identity.hpp"
 #include "runtime/membership.hpp"
 
 namespace cafhvd {
@@ -42,6 +43,10 @@ struct node_settings {
   // Drained (by an administrator, or by itself on SIGTERM with --drain-grace): it takes
   // no new jobs, and reports so; its running ranks go on
   std::shared_ptr<std::atomic<bool>> draining = std::make_shared<std::atomic<bool>>(false);
+  // Whose account ranks run as (runtime/identity.hpp): with switch_users, the owner's
+  // (each job's colocator resolves it, or refuses the job); else the agent's own
+  rank_user_policy rank_policy;
+  bool switch_users = false;
 };
 
 /// Liveness of the links between driver and node agents; both ends must send heartbeats

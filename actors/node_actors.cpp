@@ -59,6 +59,15 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
                    self->state.refused.c_str());
     }
   }
+  // The account the job's ranks run as: its owner's, when this agent switches users.
+  if (self->state.refused.empty() && node.switch_users) {
+    auto a = account_for(owner, node.rank_policy);
+    if (a.id)
+      self->state.account = std::make_shared<const rank_identity>(std::move(*a.id));
+    else
+      self->state.refused = fmt::format("node agent '{}' will not run job {}: {}", node.name,
+                                        printable(job), a.error);
+  }
   if (self->state.refused.empty() && node.draining->load())
     self->state.refused = fmt::format("node agent '{}' is drained: it takes no new jobs ('caf-hvd "
                                       "undrain {}' returns it)",
@@ -212,7 +221,7 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         auto me = caf::actor_cast<colocator_actor>(self);
         for (auto id : slots) {
           // Spawned here only: workers are not offered for remote spawn.
-          auto w = spawn_worker(self->system(), me, st.driver, st.coordinator, id);
+          auto w = spawn_worker(self->system(), me, st.driver, st.coordinator, id, st.account);
           out.push_back(w);
           if (w) {
             st.by_slot[id] = w;
@@ -483,9 +492,11 @@ void signal_rank(worker_ptr self, int32_t sig) {
 
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_state> self,
                                       colocator_actor colocator, driver_actor driver,
-                                      coordinator_actor coordinator, uint32_t rank) {
+                                      coordinator_actor coordinator, uint32_t rank,
+                                      std::shared_ptr<const rank_identity> account) {
   self->state.driver = driver;
   self->state.rank = rank;
+  self->state.account = std::move(account);
   // Registration: the coordinator checks that the slot runs where it was placed.
   if (coordinator)
     self->send(coordinator, report_atom::value, rank, settings_of(self->system()).name);
@@ -504,6 +515,17 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         auto& st = self->state;
         process_spec ps{settings_of(self->system()).shim, std::move(spec.argv), std::move(spec.env),
                         std::move(spec.cwd)};
+        if (auto& a = st.account) {
+          // the account's own HOME, USER and LOGNAME, whatever the driver forwarded
+          std::erase_if(ps.env, [](const std::string& kv) {
+            return kv.rfind("HOME=", 0) == 0 || kv.rfind("USER=", 0) == 0
+                   || kv.rfind("LOGNAME=", 0) == 0;
+          });
+          ps.env.push_back("HOME=" + a->home);
+          ps.env.push_back("USER=" + a->user);
+          ps.env.push_back("LOGNAME=" + a->user);
+          ps.as = identity_arg(*a);
+        }
         auto hdl = caf::actor_cast<worker_actor>(self);
         auto window = st.window;
         auto r = st.rank;
@@ -643,9 +665,10 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
 }
 
 worker_actor spawn_worker(caf::actor_system& sys, colocator_actor colocator, driver_actor driver,
-                          coordinator_actor coordinator, uint32_t slot) {
+                          coordinator_actor coordinator, uint32_t slot,
+                          std::shared_ptr<const rank_identity> account) {
   return sys.spawn(worker_fn, std::move(colocator), std::move(driver), std::move(coordinator),
-                   slot);
+                   slot, std::move(account));
 }
 
 } // namespace cafhvd

@@ -49,6 +49,8 @@ struct colocator_state {
   std::shared_ptr<node_book> book;
   uint64_t book_id = 0;
   std::map<uint32_t, uint32_t> node_slot; // slot id -> the node-wide index its worker holds
+  // The account this job's ranks run as here (nullptr: the agent's own)
+  std::shared_ptr<const rank_identity> account;
   static inline const char* name = "colocator";
 };
 
@@ -99,6 +101,7 @@ struct worker_state {
   // executor mode: the process exited before its channel reached EOF; its exit goes to
   // the job once every frame it wrote before it (an elastic rank's result) has gone on
   std::optional<exit_status> held_exit;
+  std::shared_ptr<const rank_identity> account; // its job's ranks' account (nullptr: the agent's)
   ~worker_state() {
     window->close();
     log_window->close();
@@ -110,11 +113,13 @@ struct worker_state {
 /// slot id. The worker reports (slot id, this node's name) to the coordinator at once.
 worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_state> self,
                                       colocator_actor colocator, driver_actor driver,
-                                      coordinator_actor coordinator, uint32_t rank);
+                                      coordinator_actor coordinator, uint32_t rank,
+                                      std::shared_ptr<const rank_identity> account);
 
 /// A worker of this agent, spawned by its colocator (workers are not offered for remote
 /// spawn: a peer could otherwise start one bound to no checked driver).
 worker_actor spawn_worker(caf::actor_system& sys, colocator_actor colocator, driver_actor driver,
-                          coordinator_actor coordinator, uint32_t slot);
+                          coordinator_actor coordinator, uint32_t slot,
+                          std::shared_ptr<const rank_identity> account = nullptr);
 
 } // namespace cafhvd

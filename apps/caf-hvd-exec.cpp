@@ -4,7 +4,13 @@
 // included), reports how the command ended on a status descriptor, and then ends the
 // rest of the group, so nothing of a rank outlives its command.
 //
-// usage: caf-hvd-exec AGENT_PID STATUS_FD -- COMMAND [ARGS...]
+// An agent that runs ranks as their owner's account passes --as UID:GID:GROUPS (and
+// --cwd DIR): the shim becomes that account first (supplementary groups, gid, uid, and
+// no capability left in any set), then enters DIR as it, so nothing of the agent's
+// privilege reaches the command.
+//
+// usage: caf-hvd-exec AGENT_PID STATUS_FD [--as UID:GID:G1,G2,... [--cwd DIR]] --
+//        COMMAND [ARGS...]
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -12,8 +18,11 @@
 #include <algorithm>
 #include <cstring>
 #include <fcntl.h>
+#include <grp.h>
 #include <initializer_list>
+#include <linux/capability.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,18 +58,95 @@ void on_forwarded_signal(int sig) {
     early_signal = sig;
 }
 
+// "UID:GID:G1,G2,..." (groups may be empty) -> false on anything else.
+bool parse_account(const char* s, uid_t& uid, gid_t& gid, gid_t* groups, size_t& n, size_t max) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long u = std::strtoul(s, &end, 10);
+  if (errno || end == s || *end != ':')
+    return false;
+  s = end + 1;
+  unsigned long g = std::strtoul(s, &end, 10);
+  if (errno || end == s || *end != ':')
+    return false;
+  s = end + 1;
+  uid = static_cast<uid_t>(u);
+  gid = static_cast<gid_t>(g);
+  n = 0;
+  while (*s) {
+    unsigned long x = std::strtoul(s, &end, 10);
+    if (errno || end == s || n == max || (*end != ',' && *end != '\0'))
+      return false;
+    groups[n++] = static_cast<gid_t>(x);
+    s = *end ? end + 1 : end;
+  }
+  return true;
+}
+
+// Becomes the account for good: its groups, gid and uid in every slot (real, effective,
+// saved), then no capability in any set (an agent that is not root keeps its
+// capabilities across a uid change; the kernel drops them only coming from uid 0).
+// Returns 0 or the errno of the step that failed.
+int become(uid_t uid, gid_t gid, const gid_t* groups, size_t n) {
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (::setgroups(n, groups) != 0 || ::setresgid(gid, gid, gid) != 0
+      || ::setresuid(uid, uid, uid) != 0)
+    return errno;
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct none[2]{};
+  if (::syscall(SYS_capset, &hdr, none) != 0)
+    return errno;
+  uid_t r = 0, e = 0, s = 0;
+  if (::getresuid(&r, &e, &s) != 0 || r != uid || e != uid || s != uid)
+    return EPERM;
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 5 || std::strcmp(argv[3], "--") != 0) {
-    std::fprintf(stderr, "usage: caf-hvd-exec AGENT_PID STATUS_FD -- COMMAND [ARGS...]\n"
+  // AGENT_PID STATUS_FD [--as ACCOUNT [--cwd DIR]] -- COMMAND...
+  int cmd = 3;
+  const char* account = nullptr;
+  const char* cwd = nullptr;
+  if (argc > 4 && std::strcmp(argv[3], "--as") == 0) {
+    account = argv[4];
+    cmd = 5;
+    if (argc > 6 && std::strcmp(argv[5], "--cwd") == 0) {
+      cwd = argv[6];
+      cmd = 7;
+    }
+  }
+  if (argc < cmd + 2 || std::strcmp(argv[cmd], "--") != 0) {
+    std::fprintf(stderr, "usage: caf-hvd-exec AGENT_PID STATUS_FD [--as UID:GID:GROUPS "
+                         "[--cwd DIR]] -- COMMAND [ARGS...]\n"
                          "(started by caf-hvd node agents; not meant to be run by hand)\n");
     return 2;
   }
+  char** command = argv + cmd + 1;
   pid_t agent = static_cast<pid_t>(std::atol(argv[1]));
   status_fd = std::atoi(argv[2]);
   if (status_fd >= 0)
     fcntl(status_fd, F_SETFD, FD_CLOEXEC);
+  // The account first: a credential change clears the parent-death signal set below.
+  if (account) {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    static gid_t groups[65536];
+    size_t n = 0;
+    if (!parse_account(account, uid, gid, groups, n, sizeof(groups) / sizeof(groups[0]))) {
+      report("account %d", EINVAL);
+      return 127;
+    }
+    if (int e = become(uid, gid, groups, n); e != 0) {
+      report("account %d", e);
+      return 127;
+    }
+    if (cwd && ::chdir(cwd) != 0) {
+      report("cwd %d", errno);
+      return 127;
+    }
+  }
   struct sigaction sa {};
   sa.sa_handler = on_agent_death;
   sigemptyset(&sa.sa_mask);
@@ -114,7 +200,7 @@ int main(int argc, char** argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != shim) // the shim died before the line above took effect
       ::_exit(127);
-    ::execvp(argv[4], argv + 4);
+    ::execvp(command[0], command);
     int e = errno;
     (void)!::write(failed_exec[1], &e, sizeof(e));
     ::_exit(127);

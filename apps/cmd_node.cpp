@@ -3,6 +3,7 @@
 // the signal that stops it (SIGHUP re-reads the credentials).
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -46,6 +47,7 @@ struct node_options {
   std::string join_host;           // --join HOST[:PORT] ("" = none: it may hold a table)
   int join_port = default_node_port;
   double drain_grace = 0; // SIGTERM: drain, wait this long for the ranks, then stop
+  rank_user_policy rank_policy;
 };
 
 // Explains why a port cannot be opened (CAF only says that it failed).
@@ -79,7 +81,11 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
                                "usage: caf-hvd node [--port PORT] [--name NAME] [--slots N] "
                                "[--bind ADDR]\n\noptions"};
   int port = default_node_port;
-  std::string name, bind, cluster, gpus, join;
+  std::string name, bind, cluster, gpus, join, rank_user = "owner", job_account;
+  // $CAF_HVD_RANK_USER: the default of --rank-user (a test harness that starts agents as
+  // root with throw-away certificates sets it to agent)
+  if (const char* env = std::getenv("CAF_HVD_RANK_USER"); env && *env)
+    rank_user = env;
   std::vector<std::string> labels;
   int slots = 0;
   double drain_grace = 0;
@@ -110,7 +116,17 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "drain-grace", po::value(&drain_grace)->default_value(0),
       "SECONDS: on SIGTERM (a spot VM's preemption notice, systemctl stop), first drain: no "
       "new jobs, elastic jobs leave this node at their next commit; stop once its ranks are "
-      "gone or when the grace ends (0: stop at once)");
+      "gone or when the grace ends (0: stop at once)")(
+      "rank-user", po::value(&rank_user)->default_value(rank_user),
+      "owner: run each job's ranks as the account named like its owner (the driver "
+      "certificate's name), when this agent can switch users (root, or CAP_SETUID and "
+      "CAP_SETGID), else as this agent's user; agent: always as this agent's user (default: "
+      "$CAF_HVD_RANK_USER, else owner)")(
+      "job-account", po::value(&job_account),
+      "ACCOUNT: the account ranks run as when their owner has none on this node (default: "
+      "such jobs are refused)")(
+      "allow-root-ranks", "an owner named like a uid-0 account runs ranks as root (never by "
+      "default)");
   auto parsed = parse_options_only(argc, argv, desc, "node");
   if (!parsed)
     return std::nullopt; // --help
@@ -175,6 +191,11 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   n.creds = std::move(creds);
   n.exit_on_stdin_eof = vm.count("exit-on-stdin-eof") > 0;
   n.labels = std::move(checked_labels);
+  if (rank_user != "owner" && rank_user != "agent")
+    throw usage_error(fmt::format("--rank-user '{}': give owner or agent", printable(rank_user)));
+  n.rank_policy.mode = rank_user == "owner" ? rank_user_mode::owner : rank_user_mode::agent;
+  n.rank_policy.job_account = job_account;
+  n.rank_policy.allow_root = vm.count("allow-root-ranks") > 0;
   if (!(drain_grace >= 0 && drain_grace <= 86400))
     throw usage_error(fmt::format("--drain-grace {}: give seconds from 0 to 86400", drain_grace));
   n.drain_grace = drain_grace;
@@ -219,6 +240,8 @@ int start_node(const node_options& o) {
   cfg.node->gpu_source = o.inventory.source;
   cfg.node->creds = creds;
   cfg.node->labels = o.labels;
+  cfg.node->rank_policy = o.rank_policy;
+  cfg.node->switch_users = o.rank_policy.mode == rank_user_mode::owner && can_switch_users();
   cfg.node->bind = bind;
   cfg.node->link_timeout = o.link.timeout;
   cfg.node->started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -252,6 +275,29 @@ int start_node(const node_options& o) {
                              bind.empty() ? "*" : bind, *opened,
                              creds ? "mutual TLS, cluster " + creds->dir : "INSECURE")
               << std::flush;
+    {
+      auto& pol = o.rank_policy;
+      char who[256] = "?";
+      if (auto* pw = ::getpwuid(::geteuid()))
+        std::snprintf(who, sizeof(who), "%s", pw->pw_name);
+      if (cfg.node->switch_users)
+        std::cerr << fmt::format(
+            "caf-hvd node '{}': ranks run as their owner's account (named like the driver "
+            "certificate){}{}\n",
+            name,
+            pol.job_account.empty()
+                ? std::string{"; jobs of owners without one are refused"}
+                : fmt::format("; owners without one: the job account '{}'",
+                              printable(pol.job_account)),
+            pol.allow_root ? "; root may be an owner (--allow-root-ranks)" : "");
+      else
+        std::cerr << fmt::format(
+            "caf-hvd node '{}': ranks run as this agent's user '{}'{}\n", name, printable(who),
+            pol.mode == rank_user_mode::agent
+                ? std::string{" (--rank-user agent)"}
+                : std::string{" (it cannot switch users: not root, and without CAP_SETUID and "
+                              "CAP_SETGID)"});
+    }
     if (auto why = own_name_problem(); !why.empty())
       std::cerr << fmt::format("caf-hvd node '{}': warning: {}: real Horovod's hvd.init() ends "
                                "with SIGSEGV on such a host; add the name to /etc/hosts or "

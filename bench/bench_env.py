@@ -10,6 +10,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = sys.argv[sys.argv.index("--build") + 1] if "--build" in sys.argv[:-1] else \
     os.path.join(ROOT, "build")
 os.environ.setdefault("CAF_HVD", os.path.join(BUILD, "apps", "caf-hvd"))
+# Agents run ranks as their own user, as in the tests (throw-away certificates)
+os.environ.setdefault("CAF_HVD_RANK_USER", "agent")
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 
 

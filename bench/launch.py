@@ -74,6 +74,7 @@ def main():
     subprocess.run([caf, "cluster", "init", os.path.join(cluster, "c")], check=True,
                    stdout=subprocess.DEVNULL)
     os.environ["CAF_HVD_CLUSTER_DIR"] = os.path.join(cluster, "c")
+    os.environ.setdefault("CAF_HVD_RANK_USER", "agent")  # throw-away certificates, as the tests
     nodes = []
     ports = []
     try:

@@ -133,9 +133,20 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   return out;
 }
 
-// Parses the shim's status line: "exec ERRNO", "exit CODE" or "signal SIG".
+// Parses the shim's status line: "exec ERRNO", "exit CODE", "signal SIG", "account
+// ERRNO" (it could not become the rank's account) or "cwd ERRNO" (nor, as it, enter the
+// working directory).
 bool parse_status(const std::string& text, const std::string& cmd, exit_status& st) {
   int value = 0;
+  if (std::sscanf(text.c_str(), "account %d", &value) == 1) {
+    st.exec_error = fmt::format("cannot switch to the rank's account: {}", std::strerror(value));
+    return true;
+  }
+  if (std::sscanf(text.c_str(), "cwd %d", &value) == 1) {
+    st.exec_error = fmt::format("cannot enter the working directory as the rank's account: {}",
+                                std::strerror(value));
+    return true;
+  }
   if (std::sscanf(text.c_str(), "exec %d", &value) == 1) {
     st.exec_error = fmt::format("cannot execute '{}': {}", cmd, std::strerror(value));
     return true;
@@ -168,7 +179,14 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
     throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
   fd_guard s0{status_pipe[0]}, s1{status_pipe[1]};
 
-  std::vector<std::string> args{spec.shim, std::to_string(getpid()), "3", "--"};
+  std::vector<std::string> args{spec.shim, std::to_string(getpid()), "3"};
+  if (!spec.as.empty()) {
+    // the shim becomes the rank's account first, then enters the directory as it
+    args.insert(args.end(), {"--as", spec.as});
+    if (!spec.cwd.empty())
+      args.insert(args.end(), {"--cwd", spec.cwd});
+  }
+  args.push_back("--");
   args.insert(args.end(), spec.argv.begin(), spec.argv.end());
   auto argv = c_strings(args);
   auto env = spec.env;
@@ -198,7 +216,7 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
   // without O_CLOEXEC); the shim gets stdio, its status descriptor and the channel.
   posix_spawn_file_actions_addclosefrom_np(&fa, spec.channel_fd >= 0 ? rank_channel_fd + 1
                                                                      : rank_channel_fd);
-  if (!spec.cwd.empty())
+  if (!spec.cwd.empty() && spec.as.empty())
     posix_spawn_file_actions_addchdir_np(&fa, spec.cwd.c_str());
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -215,7 +233,7 @@ child_process::child_process(const process_spec& spec, output_fn on_output, exit
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
-    if (!spec.cwd.empty() && access(spec.cwd.c_str(), X_OK) != 0)
+    if (!spec.cwd.empty() && spec.as.empty() && access(spec.cwd.c_str(), X_OK) != 0)
       throw std::runtime_error(
           fmt::format("cannot enter working directory {}: {}", spec.cwd, std::strerror(errno)));
     throw std::runtime_error(fmt::format("cannot start {}: {}", spec.shim, std::strerror(rc)));

@@ -68,6 +68,9 @@ struct process_spec {
   std::string cwd;               // working directory ("" = inherit)
   int channel_fd = -1;           // executor mode: becomes the command's descriptor 4
   int stdin_fd = -1;             // the command's stdin (default: /dev/null)
+  // The account the command runs as ("" = the agent's): caf-hvd-exec's --as argument
+  // (identity_arg), applied by the shim before it enters `cwd` and starts the command.
+  std::string as = {};
 };
 
 /// The descriptor number under which an executor's rank process finds its channel.

@@ -197,10 +197,15 @@ std::vector<tcp_row> parse_tcp_table(std::string_view text, bool v6) {
   return rows;
 }
 
-std::vector<tcp_connection> tcp_connections_of(pid_t pid) {
+std::vector<tcp_connection> tcp_connections_of(pid_t pid, std::string* problem) {
   std::map<uint64_t, int> fds; // socket inode -> descriptor
   auto dir = fmt::format("/proc/{}/fd", pid);
-  if (DIR* d = ::opendir(dir.c_str())) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d && (errno == EACCES || errno == EPERM) && problem)
+    *problem = fmt::format("cannot list the descriptors of pid {}: {} (a rank of another "
+                           "account: the agent needs root or CAP_DAC_READ_SEARCH)",
+                           pid, std::strerror(errno));
+  if (d) {
     while (auto* e = ::readdir(d)) {
       char link[64] = {};
       auto path = dir + "/" + e->d_name;
@@ -290,8 +295,15 @@ socket_abort_result abort_gloo_connections(const std::vector<pid_t>& pgids,
                                            const std::set<tcp_endpoint>& keep) {
   socket_abort_result r;
   for (auto pgid : pgids)
-    for (auto pid : process_group_members(pgid))
-      for (auto& c : tcp_connections_of(pid)) {
+    for (auto pid : process_group_members(pgid)) {
+      std::string listing;
+      auto conns = tcp_connections_of(pid, &listing);
+      if (!listing.empty()) {
+        r.refused = true;
+        r.problems.push_back(listing);
+        return r; // the same refusal would come for every other process
+      }
+      for (auto& c : conns) {
         if (!is_gloo_connection(c, gloo, keep))
           continue;
         auto one = shutdown_socket_of(pid, c.fd, c.inode);
@@ -303,6 +315,7 @@ socket_abort_result abort_gloo_connections(const std::vector<pid_t>& pgids,
         if (r.refused)
           return r; // the same refusal would come for every other socket
       }
+    }
   return r;
 }
 

@@ -53,8 +53,10 @@ struct tcp_row {
 std::vector<tcp_row> parse_tcp_table(std::string_view text, bool v6);
 
 /// The TCP sockets of a process (its descriptors, matched against its network namespace's
-/// tables). Empty when the process is gone.
-std::vector<tcp_connection> tcp_connections_of(pid_t pid);
+/// tables). Empty when the process is gone; when its descriptors cannot be listed (a
+/// process of another account, without root or CAP_DAC_READ_SEARCH), empty with the
+/// reason in `problem`.
+std::vector<tcp_connection> tcp_connections_of(pid_t pid, std::string* problem = nullptr);
 
 /// The processes of a process group (a rank is its caf-hvd-exec shim's group).
 std::vector<pid_t> process_group_members(pid_t pgid);

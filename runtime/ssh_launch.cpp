@@ -40,8 +40,9 @@ std::string shell_quote(const std::string& arg) {
 }
 
 std::string agent_command(const ssh_options& o, const ssh_host& h) {
+  // An agent for one job, started by its user: ranks run as that user (--rank-user agent)
   std::vector<std::string> args{o.agent_path, "node", "--port", "0", "--name", h.name,
-                                "--bind", h.bind, "--exit-on-stdin-eof"};
+                                "--bind", h.bind, "--exit-on-stdin-eof", "--rank-user", "agent"};
   if (o.cluster_dir.empty()) {
     args.push_back("--insecure");
   } else {
@@ -251,7 +252,7 @@ srun_agents::srun_agents(const ssh_options& o, const std::vector<std::string>& n
              fmt::format("--nodes={}", names.size()), fmt::format("--ntasks={}", names.size()),
              "--ntasks-per-node=1", "--overlap", "--input=all", "--label",
              "--nodelist=" + nodelist, "--job-name=caf-hvd-agents", o.agent_path, "node",
-             "--port", "0", "--exit-on-stdin-eof"};
+             "--port", "0", "--exit-on-stdin-eof", "--rank-user", "agent"};
   if (o.cluster_dir.empty()) {
     ps.argv.push_back("--insecure");
   } else {

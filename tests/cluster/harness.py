@@ -31,6 +31,10 @@ os.environ["CAF_HVD_CLUSTER_DIR"] = make_cluster(os.path.join(_CLUSTER_TMP, "clu
 # the tests' drivers; a test that wants one writes its own file.
 os.environ["CAF_HVD_NODE_DEFAULTS"] = os.path.join(_CLUSTER_TMP, "no-installed-agent")
 os.environ.pop("CAF_HVD_CLUSTER", None)
+# The tests run as root with throw-away driver certificates named like no account: their
+# agents run ranks as their own user (the isolation suite starts its own agents with
+# --rank-user owner).
+os.environ["CAF_HVD_RANK_USER"] = "agent"
 
 
 def free_port():
@@ -165,6 +169,10 @@ class Cluster:
             line = p.stdout.readline()
         if "listening" not in line:
             raise AssertionError(f"node {name} did not start: {line!r}")
+        # then, always, whose account its ranks run as (the tests read what follows)
+        said = p.stdout.readline()
+        if "ranks run as" not in said:
+            raise AssertionError(f"node {name} did not say whose account ranks run as: {said!r}")
         self.nodes[name] = (p, port)
         return port
 

@@ -75,7 +75,7 @@ def systemd_words(line, env):
 
 def unit_command(unit_path, default_path):
     """The agent's command line, user and environment as the unit would start it."""
-    env, user, exec_start = {}, None, None
+    env, user, exec_start, caps = {}, None, None, []
     for line in open(unit_path):
         line = line.strip()
         if line.startswith("Environment="):
@@ -93,11 +93,13 @@ def unit_command(unit_path, default_path):
                     env[k] = " ".join(shlex.split(v))
         elif line.startswith("User="):
             user = line[len("User="):]
+        elif line.startswith("AmbientCapabilities="):
+            caps = line[len("AmbientCapabilities="):].split()
         elif line.startswith("ExecStart="):
             exec_start = line[len("ExecStart="):]
     if not exec_start or not user:
         fail(f"{unit_path} has no ExecStart= or User=")
-    return systemd_words(exec_start, env), user, env
+    return systemd_words(exec_start, env), user, env, caps
 
 
 def main():
@@ -143,14 +145,16 @@ def main():
     open("/etc/default/caf-hvd-node", "w").write(config)
 
     step("the agent as caf-hvd-node.service starts it")
-    cmd, user, unit_env = unit_command("/lib/systemd/system/caf-hvd-node.service",
-                                       "/etc/default/caf-hvd-node")
-    print("  ExecStart:", shlex.join(cmd), f"(User={user})", flush=True)
+    cmd, user, unit_env, caps = unit_command("/lib/systemd/system/caf-hvd-node.service",
+                                             "/etc/default/caf-hvd-node")
+    print("  ExecStart:", shlex.join(cmd), f"(User={user}, capabilities {caps})", flush=True)
+    given = ",".join("+" + c.lower().removeprefix("cap_") for c in caps)
     agent_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/var/lib/caf-hvd",
                  "LANG": "C.UTF-8", **unit_env}
     log = open("/tmp/agent.log", "w+")
     agent = subprocess.Popen(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
-                              "--"] + cmd, env=agent_env, stdout=log, stderr=subprocess.STDOUT,
+                              f"--inh-caps={given}", f"--ambient-caps={given}", "--"] + cmd,
+                             env=agent_env, stdout=log, stderr=subprocess.STDOUT,
                              cwd="/var/lib/caf-hvd")
     deadline = time.monotonic() + 30
     while "listening on" not in open("/tmp/agent.log").read():
@@ -166,8 +170,11 @@ def main():
     p = run(["caf-hvd", "driver", "--cluster-dir", "/root/driver", "-np", "1",
              "-H", f"127.0.0.1:{PORT}:2", "--", "sh", "-c", "id -un; echo $HOROVOD_HOSTNAME"],
             timeout=120)
-    if "caf-hvd" not in p.stdout or "pkgnode" not in p.stdout:
-        fail(f"the rank did not run as caf-hvd on node pkgnode:\n{p.stdout}")
+    # the driver certificate 'pkghead' names no account here: the job account runs it
+    if "caf-hvd-job" not in p.stdout or "pkgnode" not in p.stdout:
+        fail(f"the rank did not run as caf-hvd-job on node pkgnode:\n{p.stdout}")
+    if "ranks run as their owner's account" not in open("/tmp/agent.log").read():
+        fail(f"the packaged agent does not switch users:\n{open('/tmp/agent.log').read()}")
 
     step("SIGHUP (systemctl reload) reloads, SIGTERM stops the agent")
     agent.send_signal(signal.SIGHUP)

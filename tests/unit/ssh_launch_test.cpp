@@ -27,6 +27,7 @@ TEST_CASE("an agent for one job: port 0, named, bound, tied to its session") {
   o.cluster_dir = "/shared/cluster";
   CHECK(agent_command(o, {"h1", "h1", "10.0.0.1"})
         == "'/opt/caf hvd/caf-hvd' node --port 0 --name h1 --bind 10.0.0.1 --exit-on-stdin-eof "
+           "--rank-user agent "
            "--cluster-dir /shared/cluster");
   o.cluster_dir.clear();
   CHECK(agent_command(o, {"h1", "h1", "10.0.0.1"}).find("--insecure") != std::string::npos);

@@ -1,0 +1,268 @@
+"""Ranks run as their owner's account (issue 37): an agent that can switch users runs a
+job's ranks as the account named like its driver certificate. A rank of alice's job
+attacks what is not hers on an agent that also runs a rank of bob's job: the agent's key,
+bob's rank's environment and process, the agent's process, bob's uid, capabilities. Once
+with the agent as root, once as a user of its own with only CAP_SETUID, CAP_SETGID,
+CAP_KILL, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (the packaged unit's). The accounts exist only in the agent's
+private mount namespace (bind-mounted passwd and group files), never in the machine's.
+Skips with a clear message when not run as root. Prints 'N passed, N failed'."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import free_port, leftover_ranks, rank_lines, reap, run_suite  # noqa: E402
+
+CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
+CLUSTER = os.environ["CAF_HVD_CLUSTER_DIR"]
+ATTACK = os.path.join(HERE, "isolation_attack.py")
+AGENT_UID, ALICE, BOB, JOBACCT, DAEMON = 20000, 20001, 20002, 20003, 120
+CAPS = "+setuid,+setgid,+kill,+sys_ptrace,+dac_read_search"
+
+
+def why_not():
+    if os.geteuid() != 0:
+        return "isolation tests need root (accounts, mount namespaces)"
+    for tool in ("unshare", "setpriv", "mount"):
+        if not shutil.which(tool):
+            return f"isolation tests need '{tool}' (util-linux, mount)"
+    return None
+
+
+WHY_NOT = why_not()
+
+
+def issue(role, name):
+    out = os.path.join(CLUSTER, "issued", name)
+    if not os.path.exists(os.path.join(out, f"{role}.pem")):
+        subprocess.run([CAF_HVD, "cluster", f"add-{role}", name, CLUSTER], check=True,
+                       capture_output=True)
+    return out
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class IsolationTest(unittest.TestCase):
+    def setUp(self):
+        self.procs = []
+        self.addCleanup(reap, self.procs)
+        self.dir = tempfile.mkdtemp(prefix="caf-hvd-iso-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        os.chmod(self.dir, 0o755)
+        # the accounts, seen only by the agent (and so its ranks)
+        homes = os.path.join(self.dir, "home")
+        os.mkdir(homes)
+        os.chmod(homes, 0o755)
+        with open("/etc/passwd") as f:
+            passwd = f.read()
+        with open("/etc/group") as f:
+            group = f.read()
+        for name, uid in (("cafagent", AGENT_UID), ("alice", ALICE), ("bob", BOB),
+                          ("jobacct", JOBACCT), ("olddaemon", DAEMON)):
+            home = os.path.join(homes, name)
+            os.mkdir(home)
+            os.chown(home, uid, uid)
+            os.chmod(home, 0o700)
+            passwd += f"{name}:x:{uid}:{uid}:{name}:{home}:/bin/sh\n"
+            group += f"{name}:x:{uid}:\n"
+        group += f"gpulike:x:20100:alice\n"  # one of alice's own supplementary groups
+        self.passwd = os.path.join(self.dir, "passwd")
+        self.group = os.path.join(self.dir, "group")
+        for path, text in ((self.passwd, passwd), (self.group, group)):
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o644)
+        self.mark = os.path.join(self.dir, "release")
+        self.drivers = {n: issue("driver", n)
+                        for n in ("alice", "bob", "carol", "cafagent", "olddaemon", "root")}
+
+    def agent(self, as_user, *extra, name="iso"):
+        """An agent with --rank-user owner in a mount namespace where the accounts exist:
+        as root, or (as_user) as cafagent with the packaged unit's capabilities. Its own
+        copy of the node credentials belongs to the user it runs as."""
+        creds = os.path.join(self.dir, f"node-creds-{name}")
+        shutil.copytree(issue("node", "iso"), creds)
+        owner = AGENT_UID if as_user else 0
+        for root, dirs, files in os.walk(creds):
+            for n in dirs + files:
+                os.chown(os.path.join(root, n), owner, owner)
+        os.chown(creds, owner, owner)
+        os.chmod(creds, 0o700)
+        self.key = os.path.join(creds, "node.key")
+        self.port = free_port()
+        become = (["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups",
+                   f"--inh-caps={CAPS}", f"--ambient-caps={CAPS}", "--"] if as_user else [])
+        script = (f'mount --bind {self.passwd} /etc/passwd && '
+                  f'mount --bind {self.group} /etc/group && exec "$@"')
+        p = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh",
+             *become, CAF_HVD, "node", "--port", str(self.port), "--name", name, "--bind",
+             "127.0.0.1", "--cluster-dir", creds, "--rank-user", "owner", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.procs.append(p)
+        self.agent_lines = []
+        while True:
+            line = p.stdout.readline()
+            if not line:
+                raise AssertionError(f"the agent ended: {''.join(self.agent_lines)}")
+            self.agent_lines.append(line)
+            if "ranks run as" in line:
+                break
+        self.agent_proc = p
+        self.ports = getattr(self, "ports", {})
+        self.ports[name] = self.port
+        return p
+
+    def driver(self, owner, *command, np=1):
+        p = subprocess.Popen(
+            [CAF_HVD, "driver", "--cluster-dir", self.drivers[owner], "-np", str(np), "-H",
+             f"127.0.0.1:{self.port}:4", "--", *command],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            cwd="/")
+        self.procs.append(p)
+        return p
+
+    def attack(self, as_user):
+        self.agent(as_user)
+        self.assertIn("ranks run as their owner's account", "".join(self.agent_lines))
+        # bob's rank: a secret in its environment, it waits to be released
+        tag = f"bob-rank-{os.getpid()}"
+        bob = self.driver("bob", "sh", "-c", f'echo "bob: $(id -un)"; '
+                                             f'while [ ! -e {self.mark} ]; do sleep 0.1; done; '
+                                             f'echo "bob done"', tag)
+        self.assertEqual(bob.stdout.readline().strip(), "[0]<stdout>:bob: bob")
+        alice = self.driver("alice", "/usr/bin/python3", ATTACK, str(self.agent_proc.pid),
+                            self.key, tag, str(BOB))
+        out, err = alice.communicate(timeout=60)
+        self.assertEqual(alice.returncode, 0, err)
+        got = json.loads(rank_lines(out)[0][0])
+        self.assertTrue(got["other_rank_found"], got)
+        for what in ("agent_key", "other_environ", "signal_other", "signal_agent",
+                     "setuid_other"):
+            self.assertTrue(got[what].startswith("refused: Operation not permitted")
+                            or got[what].startswith("refused: Permission denied"),
+                            f"{what}: {got[what]}")
+        self.assertEqual(got["caps"], {"CapInh": 0, "CapPrm": 0, "CapEff": 0, "CapAmb": 0})
+        self.assertEqual((got["uid"], got["euid"], got["gid"]), (ALICE, ALICE, ALICE))
+        self.assertEqual(got["groups"], [ALICE, 20100])
+        self.assertEqual(got["env"], {"HOME": os.path.join(self.dir, "home", "alice"),
+                                      "USER": "alice", "LOGNAME": "alice"})
+        self.assertEqual(got["cwd"], "/")
+        # bob's job was not harmed
+        open(self.mark, "w").close()
+        out, err = bob.communicate(timeout=60)
+        self.assertEqual(bob.returncode, 0, err)
+        self.assertEqual(rank_lines(out)[0][-1], "bob done")
+        self.assertIsNone(self.agent_proc.poll())
+
+    def test_a_rank_reaches_nothing_of_another_owner_nor_the_root_agent(self):
+        self.attack(as_user=False)
+
+    def test_a_rank_reaches_nothing_of_another_owner_nor_an_agent_with_capabilities(self):
+        self.attack(as_user=True)
+
+    def test_the_gloo_abort_reaches_ranks_of_another_account(self):
+        """An elastic job of alice's on three agents running as cafagent with the unit's
+        capabilities: a rank is killed, and the survivors' agents cut the broken
+        generation's Gloo connections (between the survivors) in alice's processes
+        (listing a rank's descriptors needs CAP_DAC_READ_SEARCH across accounts,
+        pidfd_getfd CAP_SYS_PTRACE), so recovery does not wait for Gloo's timeout."""
+        allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+        for n in ("ha", "hb", "hc"):
+            self.agent(True, name=n)
+        hosts = os.path.join(self.dir, "hosts")
+        with open(hosts, "w") as f:
+            f.write("".join(f"127.0.0.1:{self.ports[n]}:1\n" for n in ("ha", "hb", "hc")))
+        script = os.path.join(self.dir, "discover.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {hosts}\n")
+        os.chmod(script, 0o755)
+        events = os.path.join(self.dir, "events.jsonl")
+        p = subprocess.Popen(
+            [CAF_HVD, "driver", "--cluster-dir", self.drivers["alice"],
+             "--host-discovery-script", script, "--discovery-interval", "0.2", "--min-np", "1",
+             "--events", events, "--", allreduce, "--elastic", "--steps", "300", "--step-ms",
+             "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            cwd="/")
+        self.procs.append(p)
+        seen = []
+        while True:
+            line = p.stdout.readline()
+            self.assertTrue(line, f"the job ended early:\n{''.join(seen)[-2000:]}")
+            seen.append(line)
+            if "step 20 size 3" in line:
+                break
+        victim = None
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    env = f.read()
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if cmd.startswith(allreduce.encode()) and b"HOROVOD_HOSTNAME=hb\0" in env:
+                victim = int(entry)
+                self.assertEqual(os.stat(f"/proc/{entry}").st_uid, ALICE)
+        self.assertIsNotNone(victim)
+        os.kill(victim, signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("elastic run done: 300 steps, checksum 45150", "".join(seen) + out)
+        with open(events) as f:
+            aborts = [json.loads(l)["context"] for l in f if '"gloo.abort"' in l]
+        survivors = [a for a in aborts if a["host"] in ("ha", "hc")]
+        self.assertTrue(survivors and all(a["problem"] is None for a in survivors), aborts)
+        self.assertGreater(sum(a["cut"] for a in survivors), 0, aborts)
+
+    def test_owners_that_must_not_run_are_refused_saying_both_ways_out(self):
+        self.agent(True)
+        # no account named carol: refused, with both ways out
+        p = self.driver("carol", "id")
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("node agent 'iso' will not run job", err)
+        self.assertIn("there is no account named 'carol' (the job's owner) on this node: create "
+                      "an account 'carol' on this node, give the agent a job account for owners "
+                      "without one (--job-account NAME; CAF_HVD_NODE_JOB_ACCOUNT in "
+                      "/etc/default/caf-hvd-node), or run ranks as the agent's user "
+                      "(--rank-user agent)", err)
+        # the agent's own account is never a rank's
+        p = self.driver("cafagent", "id")
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("the job's owner 'cafagent' is the agent's own account: ranks never run as "
+                      "it", err)
+        # nor a system account, nor root
+        p = self.driver("olddaemon", "id")
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn(f"the job's owner 'olddaemon' is a system account (uid {DAEMON}, outside "
+                      "UID_MIN", err)
+        p = self.driver("root", "id")
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("the job's owner 'root' is uid 0: ranks run as root only on an agent "
+                      "started with --allow-root-ranks", err)
+
+    def test_an_owner_without_an_account_runs_as_the_job_account(self):
+        self.agent(False, "--job-account", "jobacct")
+        p = self.driver("carol", "sh", "-c", "echo $(id -u) $USER $HOME")
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(rank_lines(out)[0], [f"{JOBACCT} jobacct "
+                                              f"{os.path.join(self.dir, 'home', 'jobacct')}"])
+
+
+if __name__ == "__main__":
+    if WHY_NOT:
+        print(f"isolation tests skipped: {WHY_NOT}")
+    sys.exit(run_suite(IsolationTest, sys.argv[1:], leftover_ranks))
