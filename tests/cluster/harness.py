@@ -37,6 +37,17 @@ os.environ.pop("CAF_HVD_CLUSTER", None)
 os.environ["CAF_HVD_RANK_USER"] = "agent"
 
 
+def issue(role, name):
+    """The credentials directory of a certificate of `role` (node, driver, admin) named
+    `name` in the tests' cluster, issued on first use."""
+    cluster = os.environ["CAF_HVD_CLUSTER_DIR"]
+    out = os.path.join(cluster, "issued", name)
+    if not os.path.exists(os.path.join(out, f"{role}.pem")):
+        subprocess.run([CAF_HVD, "cluster", f"add-{role}", name, cluster], check=True,
+                       capture_output=True)
+    return out
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

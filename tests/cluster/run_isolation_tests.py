@@ -19,10 +19,9 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import free_port, leftover_ranks, rank_lines, reap, run_suite  # noqa: E402
+from harness import free_port, issue, leftover_ranks, rank_lines, reap, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
-CLUSTER = os.environ["CAF_HVD_CLUSTER_DIR"]
 ATTACK = os.path.join(HERE, "isolation_attack.py")
 AGENT_UID, ALICE, BOB, JOBACCT, DAEMON = 20000, 20001, 20002, 20003, 120
 CAPS = "+setuid,+setgid,+kill,+sys_ptrace,+dac_read_search"
@@ -38,14 +37,6 @@ def why_not():
 
 
 WHY_NOT = why_not()
-
-
-def issue(role, name):
-    out = os.path.join(CLUSTER, "issued", name)
-    if not os.path.exists(os.path.join(out, f"{role}.pem")):
-        subprocess.run([CAF_HVD, "cluster", f"add-{role}", name, CLUSTER], check=True,
-                       capture_output=True)
-    return out
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")

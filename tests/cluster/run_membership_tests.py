@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import leftover_ranks, rank_lines, run_suite  # noqa: E402
+from harness import issue, leftover_ranks, rank_lines, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -24,14 +24,6 @@ WHY_NOT = netns.available()
 PORT = 24780
 CLUSTER = os.environ["CAF_HVD_CLUSTER_DIR"]
 
-
-def issue(role, name):
-    """The credentials directory of a node or driver certificate named `name`."""
-    out = os.path.join(CLUSTER, "issued", name)
-    if not os.path.exists(os.path.join(out, f"{role}.pem")):
-        subprocess.run([CAF_HVD, "cluster", f"add-{role}", name, CLUSTER], check=True,
-                       capture_output=True)
-    return out
 
 
 def line_reader(p):
