@@ -187,7 +187,10 @@ class IsolationTest(unittest.TestCase):
         seen = []
         while True:
             line = p.stdout.readline()
-            self.assertTrue(line, f"the job ended early:\n{''.join(seen)[-2000:]}")
+            if not line:
+                p.wait(timeout=30)
+                self.fail(f"the job ended early (exit {p.returncode}):\n"
+                          f"{''.join(seen)[-2000:]}\n{p.stderr.read()[-3000:]}")
             seen.append(line)
             if "step 20 size 3" in line:
                 break
