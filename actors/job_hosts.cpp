@@ -55,11 +55,7 @@ void job::discover_from_cluster() {
                         return on_discovered(false, "could not list its nodes: " + p.error);
                       std::string text;
                       for (auto& h : p.hosts)
-                        text += fmt::format("{}:{}:{}\n",
-                                            h.holder && !is_loopback_address(ec_.cluster->host)
-                                                ? ec_.cluster->host
-                                                : h.address,
-                                            h.port,
+                        text += fmt::format("{}:{}:{}\n", h.reach(ec_.cluster->host), h.port,
                                             h.slots);
                       on_discovered(true, text);
                     },

@@ -119,11 +119,7 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
     if (!p.waiting) {
       std::vector<std::string> parts;
       for (auto& h : p.hosts) {
-        // the table's own agent is where this driver reached the table, unless that was
-        // a loopback address (the head node's own agent): then where it says it is, which
-        // the job's other hosts can reach too
-        auto address = h.holder && !is_loopback_address(*table_address) ? *table_address
-                                                                         : h.address;
+        auto address = h.reach(*table_address);
         job.hosts.push_back(host_spec{address, h.port, h.slots});
         job.addresses.push_back(address);
         parts.push_back(fmt::format("{} ({}:{}) {}", h.name, address, h.port, h.slots));

@@ -1,5 +1,6 @@
 // The membership table and how `caf-hvd status` shows it.
 #include "runtime/membership.hpp"
+#include "runtime/nic.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -179,6 +180,10 @@ std::vector<job_summary> node_book::snapshot() const {
   for (auto& [id, j] : jobs_)
     out.push_back(j);
   return out;
+}
+
+const std::string& placed_host::reach(const std::string& table_host) const {
+  return holder && !is_loopback_address(table_host) ? table_host : address;
 }
 
 std::vector<std::string> parse_labels(const std::vector<std::string>& given) {

@@ -121,6 +121,11 @@ struct placed_host {
   uint16_t port = 0;
   uint32_t slots = 0;
   bool holder = false; // the table's own agent: the driver reaches it where it reached the table
+
+  /// Where a driver that reached the table at `table_host` reaches this node: the table's
+  /// own agent there, unless that was a loopback address (the head node's own agent):
+  /// then where the node says it is, which the job's other hosts can reach too.
+  const std::string& reach(const std::string& table_host) const;
 };
 
 /// The table's answer: hosts, or that the job waits (and for what), or why never.

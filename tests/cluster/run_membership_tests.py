@@ -110,6 +110,18 @@ class OnNetnsHosts:
         logs = "\n".join(f"agent {i}:\n{d.text()}" for i, d in sorted(self.drains.items()))
         raise AssertionError(f"waited {seconds}s for {what}; {why}\nlast: {last}\n{logs}")
 
+    def elastic_allreduce(self, steps, *flags):
+        """caf-hvd-allreduce --elastic (20 ms steps) driven from host 0 over the cluster with
+        no host list; -> the driver, its line reader and the lines read."""
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
+             self.driver_dir, "--cluster", f"{self.head}:{PORT}", *flags, "--", ALLREDUCE,
+             "--elastic", "--steps", str(steps), "--step-ms", "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(p)
+        until, seen = line_reader(p)
+        return p, until, seen
+
     def all_alive(self, names):
         def check():
             t = self.table()
@@ -305,14 +317,8 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.agent(0, "--slots", "1")
         victim = self.agent(1, "--slots", "1")
         self.wait_for("two nodes alive", self.all_alive(names[:2]))
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
-             self.driver_dir, "--cluster", f"{self.head}:{PORT}", "--min-np", "2",
-             "--discovery-interval", "600", "--", ALLREDUCE, "--elastic", "--steps", "300",
-             "--step-ms", "20"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        self.h.procs.append(p)
-        until, seen = line_reader(p)
+        p, until, seen = self.elastic_allreduce(300, "--min-np", "2", "--discovery-interval",
+                                                "600")
 
         until(r"step 10 size 2 ")
         self.agent(2, "--slots", "1")  # joins the cluster, so the job's next discovery has it
@@ -338,13 +344,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.agent(0, "--slots", "2")
         self.agent(1, "--slots", "2")
         self.wait_for("two nodes alive", self.all_alive(names[:2]))
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
-             self.driver_dir, "--cluster", f"{self.head}:{PORT}", "--min-np", "1",
-             "--max-np", "8", "--", ALLREDUCE, "--elastic", "--steps", "600", "--step-ms", "20"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        self.h.procs.append(p)
-        until, seen = line_reader(p)
+        p, until, seen = self.elastic_allreduce(600, "--min-np", "1", "--max-np", "8")
         until(r"step \d+ size 4 ")
         marker = f"/tmp/caf-hvd-membership-{os.getpid()}-yield"
         self.addCleanup(lambda: os.path.exists(marker) and os.remove(marker))
@@ -405,14 +405,8 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.agent(1, "--slots", "1")
         spot = self.agent(2, "--slots", "1", "--drain-grace", "60")
         self.wait_for("three nodes alive", self.all_alive(names))
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
-             self.driver_dir, "--cluster", f"{self.head}:{PORT}", "--min-np", "1",
-             "--discovery-interval", "600", "--", ALLREDUCE, "--elastic", "--steps", "700",
-             "--step-ms", "20"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        self.h.procs.append(p)
-        until, seen = line_reader(p)
+        p, until, seen = self.elastic_allreduce(700, "--min-np", "1", "--discovery-interval",
+                                                "600")
 
         def drain(verb, node, creds=admin):
             return self.h.run(0, [CAF_HVD, verb, node, "--cluster", f"{self.head}:{PORT}",
