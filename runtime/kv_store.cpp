@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace cafhvd {
 
 uint64_t kv_store::init(const std::vector<slot_info>& plan) {
@@ -27,6 +29,14 @@ uint64_t kv_store::init(const std::vector<slot_info>& plan) {
     sizes_["global"] = s.size;
     sizes_["local_" + s.hostname] = s.local_size;
     sizes_["cross_" + std::to_string(s.local_rank)] = s.cross_size;
+  }
+  if (!plan.empty()) {
+    std::vector<int> all(static_cast<size_t>(plan.front().size));
+    for (size_t r = 0; r < all.size(); ++r)
+      all[r] = static_cast<int>(r);
+    auto suffix = horovod_process_set_suffix(all);
+    for (auto [scope, ranks] : std::map{owners_})
+      owners_[scope + suffix] = std::move(ranks);
   }
   ++generation_;
   for (auto& [id, w] : old)
@@ -175,8 +185,22 @@ std::optional<int> kv_store::scope_size(const std::string& scope) const {
   return it->second;
 }
 
+std::string horovod_process_set_suffix(const std::vector<int>& ranks) {
+  std::string list;
+  for (auto r : ranks)
+    list += std::to_string(r) + ',';
+  return fmt::format("_process_set_hash_{:x}", std::hash<std::string>{}(list));
+}
+
 const std::set<std::string>* kv_store::scope_hosts(const std::string& scope) const {
-  auto it = hosts_.find(scope);
+  if (auto it = hosts_.find(scope); it != hosts_.end())
+    return &it->second;
+  constexpr std::string_view marker = "_process_set_hash_";
+  auto at = scope.rfind(marker);
+  if (at == std::string::npos || at + marker.size() == scope.size()
+      || scope.find_first_not_of("0123456789abcdef", at + marker.size()) != std::string::npos)
+    return nullptr;
+  auto it = hosts_.find(scope.substr(0, at));
   return it == hosts_.end() ? nullptr : &it->second;
 }
 

@@ -19,6 +19,11 @@
 
 namespace cafhvd {
 
+/// The suffix Horovod 0.28 gives the Gloo scopes of a process set of `ranks` (global
+/// ranks, ascending): "_process_set_hash_" and std::hash of "r0,r1,...," in hex
+/// (GlooContext::Initialize). Process set 0, every rank, also has such scopes.
+std::string horovod_process_set_suffix(const std::vector<int>& ranks);
+
 /// A rank number as Horovod and Gloo write it in keys ("0", "17"; no sign, no leading
 /// zero, at most 7 digits), or nullopt.
 std::optional<int> canonical_rank(std::string_view key);
@@ -68,11 +73,17 @@ public:
   uint64_t generation() const { return generation_; }
   std::optional<int> scope_size(const std::string& scope) const;
   /// The hosts whose ranks use a planned scope (`global`: all; `local_<h>`: h;
-  /// `cross_<k>`: those with a local rank k), or nullptr for an ad-hoc scope.
+  /// `cross_<k>`: those with a local rank k), or nullptr for an ad-hoc scope. A Horovod
+  /// process set's scope (`<planned>_process_set_hash_<hex>`) is used by some of its
+  /// planned scope's hosts: those are given for it.
   const std::set<std::string>* scope_hosts(const std::string& scope) const;
   /// The host of the rank `rank` of a planned scope (its rank within the scope), or
-  /// nullptr (an ad-hoc scope, a rank out of range).
+  /// nullptr (an ad-hoc scope, a rank out of range). Horovod's process set 0 (every
+  /// rank) repeats the planned scopes with its suffix (horovod_process_set_suffix), and
+  /// its ranks are theirs; the ranks of another process set are not known here.
   const std::string* rank_host(const std::string& scope, int rank) const;
+  /// Whether rank_host knows the ranks of this scope.
+  bool ranks_known(const std::string& scope) const { return owners_.count(scope) != 0; }
   size_t total_keys() const { return keys_; }
   size_t adhoc_bytes() const { return adhoc_bytes_; }
   size_t total_bytes() const { return total_; }

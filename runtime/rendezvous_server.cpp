@@ -299,10 +299,12 @@ struct rendezvous_server::impl {
   // the store, whose keys a rank deletes when it shuts Horovod down (which the ranks of a
   // broken generation do before their peers' connections are aborted).
   std::set<tcp_endpoint> gloo;
-  void note_gloo_addresses(const std::string& value, const std::string& host) {
+  void note_gloo_addresses(const std::string& value, const std::vector<std::string>& hosts) {
     constexpr size_t max_gloo = 1u << 20;
     for (auto& e : gloo_addresses(value)) {
-      if (opts.allowlist && !opts.allowlist->speaks_for(host, endpoint_address(e)))
+      if (opts.allowlist && std::none_of(hosts.begin(), hosts.end(), [&](auto& h) {
+            return opts.allowlist->speaks_for(h, endpoint_address(e));
+          }))
         continue; // a listener elsewhere than on the rank's host is not the rank's
       if (gloo.size() < max_gloo)
         gloo.insert(e);
@@ -514,9 +516,21 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     if (registering)
       registered_body = req.body();
     // The Gloo listeners a job's abort may cut: only from a rank's own key <r>, and only
-    // addresses of that rank's host (never another server a neighbour names).
-    if (req.method() == http::verb::put && owner && t->key.compare(0, 5, "rank_") != 0)
-      srv.note_gloo_addresses(req.body(), *owner);
+    // addresses of that rank's host (never another server a neighbour names). In the
+    // scopes of a process set other than 0, whose rank numbers are not the plan's, the
+    // rank's host is one of the set's hosts the client speaks for.
+    if (req.method() == http::verb::put && t && t->key.compare(0, 5, "rank_") != 0) {
+      if (owner)
+        srv.note_gloo_addresses(req.body(), {*owner});
+      else if (canonical_rank(t->key) && !srv.store.ranks_known(t->scope))
+        if (auto* hosts = srv.store.scope_hosts(t->scope)) {
+          std::vector<std::string> own;
+          for (auto& h : *hosts)
+            if (!srv.opts.allowlist || srv.opts.allowlist->speaks_for(h, addr))
+              own.push_back(h);
+          srv.note_gloo_addresses(req.body(), own);
+        }
+    }
     auto a = answer_request(srv.store, std::string_view{verb.data(), verb.size()},
                             std::string_view{raw.data(), raw.size()}, std::move(req.body()),
                             req.has_content_length() || req.chunked());

@@ -179,6 +179,30 @@ TEST_CASE("store: the hosts of each planned scope") {
   CHECK(s.scope_hosts("runfunc") == nullptr);
 }
 
+TEST_CASE("store: Horovod's process set scopes; process set 0's ranks are the plan's") {
+  // the suffixes real Horovod 0.28.1 used here (its debug log: "Initializing GlooContext
+  // for process set: [0,1,2,], hash: 512d4d557435ff2d")
+  CHECK(horovod_process_set_suffix({0, 1, 2}) == "_process_set_hash_512d4d557435ff2d");
+  CHECK(horovod_process_set_suffix({0, 1}) == "_process_set_hash_7d48533536350577");
+  kv_store s;
+  s.init(get_host_assignments({{"A", 1}, {"B", 2}}, 3));
+  auto ps0 = horovod_process_set_suffix({0, 1, 2});
+  REQUIRE(s.rank_host("global" + ps0, 2) != nullptr);
+  CHECK(*s.rank_host("global" + ps0, 2) == "B");
+  CHECK(*s.rank_host("local_B" + ps0, 1) == "B");
+  CHECK(*s.rank_host("cross_0" + ps0, 0) == "A");
+  CHECK(s.rank_host("global" + ps0, 3) == nullptr);
+  // another process set: its hosts are some of its planned scope's; its ranks unknown
+  auto ps = horovod_process_set_suffix({1, 2});
+  CHECK(*s.scope_hosts("local_B" + ps) == std::set<std::string>{"B"});
+  CHECK(*s.scope_hosts("global" + ps) == std::set<std::string>{"A", "B"});
+  CHECK(s.rank_host("global" + ps, 0) == nullptr);
+  CHECK_FALSE(s.ranks_known("global" + ps));
+  CHECK(s.scope_hosts("global_process_set_hash_") == nullptr);
+  CHECK(s.scope_hosts("global_process_set_hash_xyz") == nullptr);
+  CHECK(s.scope_hosts("runfunc" + ps) == nullptr);
+}
+
 TEST_CASE("store: a PUT wakes its key's waiters in the order they came, and no others") {
   kv_store s;
   std::vector<std::string> woke;
@@ -675,6 +699,34 @@ TEST_CASE("server: the Gloo listeners a job's abort may cut come only from a ran
   auto gloo = srv.gloo_endpoints();
   REQUIRE(gloo.size() == 1);
   CHECK(gloo.begin()->str() == "127.0.0.1:40001");
+}
+
+TEST_CASE("server: the Gloo listeners of Horovod's process sets are cut too (process set 0's "
+          "contexts are the ones Horovod leaks)") {
+  allowlisted a; // A at 127.0.0.1, B at 10.99.0.2
+  rendezvous_server srv{a.options()};
+  srv.init(get_host_assignments({{"A", 1}, {"B", 1}}, 2));
+  auto ps0 = horovod_process_set_suffix({0, 1});
+  // process set 0: rank 1 is B's, rank 0 is A's
+  CHECK(status_of(request(srv.port(), "PUT", "/global" + ps0 + "/1", gloo_value("127.0.0.1", 1)))
+        == 403);
+  CHECK(status_of(request(srv.port(), "PUT", "/global" + ps0 + "/0", gloo_value("10.7.7.7", 2)))
+        == 200);
+  CHECK(srv.gloo_endpoints().empty());
+  CHECK(status_of(request(srv.port(), "PUT", "/global" + ps0 + "/0",
+                          gloo_value("127.0.0.1", 40002)))
+        == 200);
+  // another process set ({0}): a listener at the writer's host counts, others do not
+  auto ps = horovod_process_set_suffix({0});
+  CHECK(status_of(request(srv.port(), "PUT", "/global" + ps + "/0", gloo_value("10.99.0.2", 3)))
+        == 200);
+  CHECK(status_of(request(srv.port(), "PUT", "/global" + ps + "/0",
+                          gloo_value("127.0.0.1", 40003)))
+        == 200);
+  std::vector<std::string> got;
+  for (auto& e : srv.gloo_endpoints())
+    got.push_back(e.str());
+  CHECK(got == std::vector<std::string>{"127.0.0.1:40002", "127.0.0.1:40003"});
 }
 
 TEST_CASE("server: Horovod workers' registrations are never read back (GET and snapshot of "
