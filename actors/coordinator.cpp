@@ -44,9 +44,8 @@ public:
     return {
         [this](report_atom, uint32_t slot, std::string& host) { on_report(slot, host); },
         [this](serve_atom, std::string& bind) { return serve(bind); },
-        [this](allow_atom, std::string& host, std::vector<std::string>& addresses, bool local) {
-          allowlist_->add_host(host, addresses, local);
-        },
+        [this](allow_atom, std::string& host, std::vector<std::string>& addresses, bool local,
+               uint32_t rank_uid) { allowlist_->add_host(host, addresses, local, rank_uid); },
         [this](assign_atom, std::vector<host_slots>& hosts, int32_t min_np,
                int32_t max_np) -> assignment {
           try {

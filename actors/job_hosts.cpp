@@ -497,7 +497,7 @@ void job::host_ready(const std::string& ep) {
   bool local = is_loopback_address(h.address) || mine.count(h.address) > 0;
   if (!local)
     std::erase_if(addresses, [&](const std::string& a) { return mine.count(a) > 0; });
-  send(coord_, allow_atom::value, h.info.name, std::move(addresses), local);
+  send(coord_, allow_atom::value, h.info.name, std::move(addresses), local, h.info.rank_uid);
   if (elastic_)
     warn_if_capped(h);
   h.last_warning.clear();

@@ -158,11 +158,12 @@ struct node_info {
   std::vector<int32_t> gpus;      // the node's devices (CUDA indices)
   std::vector<int32_t> gpus_free; // ... that no job holds right now
   std::string gpu_source;         // how the node knows them (--gpus, NVML, nvidia-smi)
+  uint32_t rank_uid = 0;          // the account the job's ranks run as there
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("node_info"), x.name, x.os_hostname, x.pid, x.slots, x.interfaces,
-           x.probe_port, x.gpus, x.gpus_free, x.gpu_source);
+           x.probe_port, x.gpus, x.gpus_free, x.gpu_source, x.rank_uid);
 }
 
 /// Devices a node lends to a job: every device the job holds there, or none and why.
@@ -333,7 +334,7 @@ using coordinator_full_actor = coordinator_actor::extend<
     caf::replies_to<serve_atom, std::string>::with<served>,
     // the servers admit this host's addresses (host name, addresses, whether its agent
     // runs on the driver's machine: loopback clients speak only for such hosts)
-    caf::reacts_to<allow_atom, std::string, std::vector<std::string>, bool>,
+    caf::reacts_to<allow_atom, std::string, std::vector<std::string>, bool, uint32_t>,
     // a generation's ranks over these hosts (Horovod's algorithm): min np, max np (0: none)
     caf::replies_to<assign_atom, std::vector<host_slots>, int32_t, int32_t>::with<assignment>,
     // workers of these slots are being spawned on this host: answered when each reported

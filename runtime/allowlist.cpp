@@ -1,6 +1,10 @@
 // The job's client allowlist (see allowlist.hpp).
 #include "runtime/allowlist.hpp"
 
+#include <unistd.h>
+
+#include <fmt/format.h>
+
 namespace cafhvd {
 
 bool address_allowlist::loopback(const std::string& address) const {
@@ -9,11 +13,16 @@ bool address_allowlist::loopback(const std::string& address) const {
              || address.rfind("::ffff:127.", 0) == 0);
 }
 
+address_allowlist::address_allowlist(bool trust_loopback)
+    : trust_loopback_(trust_loopback), local_uids_{0, static_cast<uint32_t>(::geteuid())} {}
+
 void address_allowlist::add_host(const std::string& name, const std::vector<std::string>& addresses,
-                                 bool local) {
+                                 bool local, std::optional<uint32_t> rank_uid) {
   std::lock_guard g{m_};
   if (local)
     local_.insert(name);
+  if (local && rank_uid)
+    local_uids_.insert(*rank_uid);
   for (auto& a : addresses) {
     if (loopback(a))
       continue; // loopback speaks for the local hosts only (speaks_for)
@@ -27,6 +36,26 @@ bool address_allowlist::allows(const std::string& address) const {
     return true;
   std::lock_guard g{m_};
   return all_.count(address) > 0;
+}
+
+std::string address_allowlist::refusal(const std::string& address, const peer_owner& owner) const {
+  if (owner.local) {
+    if (!owner.uid)
+      return fmt::format("the owner of its socket on this machine is not known ({})",
+                         owner.problem);
+    std::lock_guard g{m_};
+    if (!local_uids_.count(*owner.uid))
+      return fmt::format("its socket on this machine is uid {}'s, not the driver's or an "
+                         "account this job's ranks run as here",
+                         *owner.uid);
+  } else if (loopback(address)) {
+    // A loopback client is always on this machine: not in its socket table, it is gone.
+    return fmt::format("its socket was not found on this machine ({})",
+                       owner.problem.empty() ? "it closed" : owner.problem);
+  }
+  if (!allows(address))
+    return "not an address of this job's hosts";
+  return {};
 }
 
 bool address_allowlist::speaks_for(const std::string& name, const std::string& address) const {

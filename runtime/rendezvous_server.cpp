@@ -215,16 +215,16 @@ struct rendezvous_server::impl {
   std::atomic<uint64_t> requests{0}, rejected{0}, refused{0}, accept_errors{0}, held_refused{0},
       polls_cut{0}, strangers{0};
   void refuse_stranger(const std::string& addr, const std::string& what,
-                       const char* why = "not an address of this job's hosts") {
+                       std::string_view why = "not an address of this job's hosts") {
     ++strangers;
     report_refusal(addr, what, why);
   }
   // Once per address and what (bounded by the allowlist), escaped: `what` may carry a
   // client's bytes.
-  void report_refusal(const std::string& addr, const std::string& what, const char* why) {
+  void report_refusal(const std::string& addr, const std::string& what, std::string_view why) {
     if (!opts.on_refused || !opts.allowlist)
       return;
-    auto note = opts.allowlist->note_refusal("rendezvous", addr + what);
+    auto note = opts.allowlist->note_refusal("rendezvous", addr + what + std::string{why});
     if (note == address_allowlist::refusal_note::quiet)
       return;
     opts.on_refused(fmt::format(
@@ -781,8 +781,11 @@ void rendezvous_server::impl::accept(std::shared_ptr<tcp::acceptor> on, uint64_t
         auto it = conns_of.find(from);
         over = it != conns_of.end() && it->second >= opts.max_connections_per_client;
       }
-      if (!over && !peer_ec && opts.allowlist && !opts.allowlist->allows(from.to_string())) {
-        refuse_stranger(from.to_string(), "a connection");
+      std::string refusal;
+      if (!over && !peer_ec && opts.allowlist)
+        refusal = opts.allowlist->refusal(from.to_string(), owner_of_peer(sock.native_handle()));
+      if (!refusal.empty()) {
+        refuse_stranger(from.to_string(), "a connection", refusal);
         beast::error_code ignored;
         sock.close(ignored);
       } else if (over || peer_ec) {

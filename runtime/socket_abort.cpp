@@ -192,6 +192,7 @@ std::vector<tcp_row> parse_tcp_table(std::string_view text, bool v6) {
     row.remote = *r;
     row.state = static_cast<int>(std::strtol(state.c_str(), nullptr, 16));
     row.inode = std::strtoull(inode.c_str(), nullptr, 10);
+    row.uid = static_cast<uint32_t>(std::strtoul(uid.c_str(), nullptr, 10));
     rows.push_back(row);
   }
   return rows;

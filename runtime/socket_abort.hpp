@@ -44,11 +44,13 @@ struct tcp_connection {
   uint64_t inode = 0; // the socket's inode (the descriptor may be reused meanwhile)
 };
 
-/// The rows of /proc/<pid>/net/tcp or tcp6 (`text`): socket inode -> (local, remote, state).
+/// The rows of /proc/<pid>/net/tcp or tcp6 (`text`): socket inode -> (local, remote,
+/// state, owner).
 struct tcp_row {
-  uint64_t inode = 0;
+  uint64_t inode = 0; // 0: no process holds the socket any more (closed, TIME_WAIT)
   tcp_endpoint local, remote;
   int state = 0;
+  uint32_t uid = 0; // the socket's owner
 };
 std::vector<tcp_row> parse_tcp_table(std::string_view text, bool v6);
 

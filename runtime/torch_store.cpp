@@ -147,11 +147,13 @@ void torch_store_server::impl::accept() {
     if (!ec && allowlist) {
       boost::system::error_code pe;
       auto from = sock.remote_endpoint(pe).address().to_string();
-      if (pe || !allowlist->allows(from)) {
-        if (!pe && on_refused && allowlist->first_refusal("torch store", from))
-          on_refused(fmt::format("the torch store refused a connection from {}: not an address "
-                                 "of this job's hosts",
-                                 from));
+      std::string refusal;
+      if (!pe)
+        refusal = allowlist->refusal(from, owner_of_peer(sock.native_handle()));
+      if (pe || !refusal.empty()) {
+        if (!pe && on_refused && allowlist->first_refusal("torch store", from + refusal))
+          on_refused(
+              fmt::format("the torch store refused a connection from {}: {}", from, refusal));
         boost::system::error_code ignored;
         sock.close(ignored);
         accept();

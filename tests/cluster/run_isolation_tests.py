@@ -123,14 +123,20 @@ class IsolationTest(unittest.TestCase):
     def attack(self, as_user):
         self.agent(as_user)
         self.assertIn("ranks run as their owner's account", "".join(self.agent_lines))
-        # bob's rank: a secret in its environment, it waits to be released
+        # bob's rank: a secret in its environment, it waits to be released; its own
+        # job's servers (on this machine, its driver root's) answer it
         tag = f"bob-rank-{os.getpid()}"
-        bob = self.driver("bob", "sh", "-c", f'echo "bob: $(id -un)"; '
-                                             f'while [ ! -e {self.mark} ]; do sleep 0.1; done; '
-                                             f'echo "bob done"', tag)
-        self.assertEqual(bob.stdout.readline().strip(), "[0]<stdout>:bob: bob")
+        bob = self.driver("bob", "/usr/bin/python3", ATTACK, "own", self.mark, tag)
+        line = bob.stdout.readline().strip()
+        self.assertTrue(line.startswith("[0]<stdout>:"), line)
+        own = json.loads(line.split(":", 1)[1])
+        self.assertEqual(own["uid"], BOB)
+        # the kernel's socket table names bob's account, which his agent reported
+        self.assertEqual(own["own_rendezvous"], "got: HTTP/1.1 404 Not Found", own)
+        self.assertEqual(own["own_store"], "got: open", own)
         alice = self.driver("alice", "/usr/bin/python3", ATTACK, str(self.agent_proc.pid),
-                            self.key, tag, str(BOB))
+                            self.key, tag, str(BOB), str(own["rendezvous_port"]),
+                            str(own["store_port"]))
         out, err = alice.communicate(timeout=60)
         self.assertEqual(alice.returncode, 0, err)
         got = json.loads(rank_lines(out)[0][0])
@@ -140,6 +146,10 @@ class IsolationTest(unittest.TestCase):
             self.assertTrue(got[what].startswith("refused: Operation not permitted")
                             or got[what].startswith("refused: Permission denied"),
                             f"{what}: {got[what]}")
+        # bob's servers close alice's connections unanswered: her socket is uid alice's
+        self.assertEqual(got["other_rendezvous"],
+                         "refused: the server closed the connection unanswered", got)
+        self.assertTrue(got["other_store"].startswith("refused: the store"), got)
         self.assertEqual(got["caps"], {"CapInh": 0, "CapPrm": 0, "CapEff": 0, "CapAmb": 0})
         self.assertEqual((got["uid"], got["euid"], got["gid"]), (ALICE, ALICE, ALICE))
         self.assertEqual(got["groups"], [ALICE, 20100])
@@ -150,7 +160,9 @@ class IsolationTest(unittest.TestCase):
         open(self.mark, "w").close()
         out, err = bob.communicate(timeout=60)
         self.assertEqual(bob.returncode, 0, err)
-        self.assertEqual(rank_lines(out)[0][-1], "bob done")
+        self.assertEqual(rank_lines(out)[0][-1], "done")
+        self.assertIn(f"refused a connection from 127.0.0.1: its socket on this machine is "
+                      f"uid {ALICE}'s", err)
         self.assertIsNone(self.agent_proc.poll())
 
     def test_a_rank_reaches_nothing_of_another_owner_nor_the_root_agent(self):

@@ -124,7 +124,7 @@ TEST_CASE("/proc/net/tcp rows: addresses in host-order words, hex ports, state, 
                    "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000 "
                    "    0        0 12345 1 0000000000000000 100 0 0 10 0\n"
                    "   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000 "
-                   "    0        0 12346 1 0000000000000000 20 4 30 10 -1\n";
+                   " 1000        0 12346 1 0000000000000000 20 4 30 10 -1\n";
   auto rows = parse_tcp_table(v4, false);
   REQUIRE(rows.size() == 2);
   CHECK(rows[0].state == 10);
@@ -132,6 +132,8 @@ TEST_CASE("/proc/net/tcp rows: addresses in host-order words, hex ports, state, 
   CHECK(rows[1].state == 1);
   CHECK(rows[1].remote == ep("127.0.0.1:50000"));
   CHECK(rows[1].inode == 12346);
+  CHECK(rows[0].uid == 0);
+  CHECK(rows[1].uid == 1000);
   std::string v6 = "header\n"
                    "   0: 00000000000000000000000001000000:1F90 "
                    "0000000000000000FFFF00000100007F:C350 01 00000000:00000000 00:00000000 "
