@@ -247,9 +247,15 @@ void job::on_deadline(uint32_t which) {
     int total = 0;
     for (auto& ep : order_)
       total += hosts_.at(ep).slots();
+    std::vector<std::string> unusable; // listed hosts the job could not use, and why
+    for (auto& [ep, h] : hosts_)
+      if (h.listed && h.st != ehost::status::ready && !h.last_warning.empty())
+        unusable.push_back(fmt::format("{} ({})", ep, h.last_warning));
     fail(fmt::format("elastic timeout ({} s) expired waiting for at least {} slots "
-                     "(--min-np); available: {}{}",
+                     "(--min-np); available: {}{}{}",
                      ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total),
+                     unusable.empty() ? ""
+                                      : fmt::format("; not usable: {}", fmt::join(unusable, "; ")),
                      first_failure_ ? "; first failure: " + *first_failure_ : std::string{}));
   } else if (kind == dl_owner && !owner_started_ && !done_) {
     fail(fmt::format("start timeout ({} s) expired waiting for the executor's owner to send "

@@ -250,7 +250,7 @@ private:
   void start_fixed_generation();
   bool previous_generation_survives() const;
   slot_process process_of(const eslot& s) const;
-  void wait_for_slots(int total);
+  void wait_for_slots(int total, bool tell = true);
   std::string available_text(int total);
   void begin_generation(std::vector<slot_info> plan, const std::vector<host_slots>& hs);
   void on_rejoin_request(const std::string& key);
@@ -382,6 +382,7 @@ private:
   bool rejoin_due_ = false;    // ... and no failure explained it in time
   std::string reset_reason_;
   bool waiting_slots_ = false;
+  bool slot_wait_told_ = false; // said that it waits (not while hosts still connect)
   uint32_t slot_wait_serial_ = 0;
   int aborts_in_flight_ = 0;        // Gloo abort requests not answered (they hold the release)
   uint64_t held_complete_ = 0;      // ... the generation that completed meanwhile

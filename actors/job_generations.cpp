@@ -7,8 +7,16 @@ namespace cafhvd::driver_impl {
 
 // Decides whether the available hosts call for a (new) generation.
 void job::reconsider() {
-  if (done_ || finishing_ || !served_)
+  if (done_ || finishing_)
     return;
+  if (!served_) {
+    // No host became ready yet (the servers start with the first): an elastic job waits
+    // for its --min-np slots up to --elastic-timeout all the same, also when every host
+    // it discovers is unreachable.
+    if (elastic_ && gen_.number == 0)
+      wait_for_slots(0, false);
+    return;
+  }
   if (!elastic_)
     return start_fixed_generation();
   // Hosts listed together join together, in the order listed (deterministic), unless a
@@ -81,7 +89,7 @@ void job::assign(const std::vector<host_slots>& hs, int min_np, int max_np) {
 void job::plan_ready(std::vector<slot_info> plan, const std::vector<host_slots>& hs) {
   if (!elastic_)
     return begin_generation(std::move(plan), hs);
-  waiting_slots_ = false;
+  waiting_slots_ = slot_wait_told_ = false;
   if (gen_.number > 0 && plan == gen_.plan && !rejoin_due_)
     return; // e.g. hosts beyond --max-np appeared: no reset
   // Horovod counts resets done (barriers completed), not plans formed: a plan replaced
@@ -139,14 +147,17 @@ slot_process job::process_of(const eslot& s) const {
   return {s.key, h.info.name, s.started, s.joined, s.running && !s.retired, holds_state(s)};
 }
 
-void job::wait_for_slots(int total) {
+void job::wait_for_slots(int total, bool tell) {
   if (!waiting_slots_) {
     waiting_slots_ = true;
     ++slot_wait_serial_;
-    say("waiting up to {} s for at least {} slots (--min-np); available now: {}",
-        ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total));
     delayed_send(this, ec_.elastic_timeout, deadline_atom::value,
                  dl_slots | (slot_wait_serial_ << 4));
+  }
+  if (tell && !slot_wait_told_) {
+    slot_wait_told_ = true;
+    say("waiting up to {} s for at least {} slots (--min-np); available now: {}",
+        ec_.elastic_timeout.count() / 1000.0, ec_.min_np, available_text(total));
   }
 }
 

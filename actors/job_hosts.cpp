@@ -554,6 +554,8 @@ void job::start_servers(const ehost& h) {
             if (!up.error.empty())
               return fail(up.error);
             served_ = std::move(up);
+            // the wait for a first ready host ended: --min-np's wait starts now
+            waiting_slots_ = slot_wait_told_ = false;
             reconsider();
           },
           [this](caf::error& e) {

@@ -17,7 +17,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Cluster, leftover_ranks, pid_with_env, pids_matching, raw_http,  # noqa: E402
+from harness import (Cluster, free_port, leftover_ranks, pid_with_env, pids_matching, raw_http,  # noqa: E402
                      rendezvous_of, run_suite, wait_until)
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -649,6 +649,22 @@ class ElasticTest(unittest.TestCase):
         self.assertEqual(rc, 1, err)
         self.assertIn("elastic timeout (1 s) expired waiting for at least 2 slots (--min-np); "
                       "available: 1 slots on ha (1 slots)", err)
+
+    def test_elastic_timeout_when_no_discovered_host_can_be_reached(self):
+        """No host ever becomes ready (so the job's servers never start): the wait for
+        --min-np slots still ends at --elastic-timeout, saying why each host was not used
+        (it used to wait until it was killed)."""
+        dead = free_port()  # nothing listens there
+        with open(self.hosts_file, "w") as f:
+            f.write(f"127.0.0.1:{dead}:2\n")
+        started = time.monotonic()
+        self.start("--min-np", "2", "--elastic-timeout", "2")
+        rc, out, err = self.finish(timeout=30)
+        self.assertEqual(rc, 1, err)
+        self.assertLess(time.monotonic() - started, 20, err)
+        self.assertIn("elastic timeout (2 s) expired waiting for at least 2 slots (--min-np); "
+                      f"available: 0 slots; not usable: 127.0.0.1:{dead} (cannot reach it: "
+                      "Connection refused", err)
 
     # -- the discovery script ------------------------------------------------------------
 
