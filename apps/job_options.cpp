@@ -163,7 +163,7 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
                       "for GPUs)");
   exec.add_options()("executor-fd", po::value(&executor_fd),
                      "FD is a connected socket to the executor's owner: ranks get frame "
-                     "channels, calls come from FD (README: Executor frames)")(
+                     "channels, calls come from FD (docs/executors.md: Executor frames)")(
       "executor-max-frame-mb", po::value(&max_frame_mb)->default_value(256),
       "largest frame payload in MiB, either direction");
   compat.add_options()("num-proc", po::value(&np), "= -np (horovodrun)")(

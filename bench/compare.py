@@ -15,7 +15,7 @@ usage: bench/compare.py [--runs N] [--build DIR] [--sections 1,2,3,4,5] [--np 1,
    caf-hvd's elastic driver vs torchrun --max_restarts 1 (bench/elastic.py).
 5. section 2's program with Debian 13's torch 2.6 (built without libuv) in the chroot of
    scripts/setup-torch-chroot.sh (built the first time, minutes): caf-hvd run
-   --torch-store off (the README's answer for such a torch) vs torchrun from the chroot
+   --torch-store off (the guide's answer for such a torch, docs/torch.md) vs torchrun from the chroot
    (with USE_LIBUV=0), when torchrun runs there at all; else the reason it does not.
 
 Needs openmpi-bin and python3-torch (scripts/setup-torch.sh)."""

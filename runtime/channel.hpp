@@ -1,7 +1,7 @@
 // Executor mode's wire: length-prefixed frames with opaque payloads, and a channel that
 // carries them over an inherited socket (rank process <-> its worker; the executor's
 // owner <-> the job). caf-hvd never looks inside a payload; it checks kinds, order,
-// sizes and deadlines. The format is documented in the README ("Executor frames").
+// sizes and deadlines. The format is documented in the guide (docs/executors.md, "Executor frames").
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Debian package caf-hvd_VERSION_ARCH.deb: `meson install` of a build
-# configured for /usr into a staging tree, then dpkg-deb (see README, "Install on a
+# configured for /usr into a staging tree, then dpkg-deb (see docs/cluster.md, "Install on a
 # cluster"). Dependencies come from dpkg-shlibdeps (Debian's libraries) plus python3,
 # python3-cloudpickle and adduser.
 # usage: scripts/build-deb.sh [--build-dir DIR] [--out DIR]

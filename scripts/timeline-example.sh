@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws the README's timeline picture from a real job: three node agents on loopback
+# Draws the guide's timeline picture (docs/observing.md) from a real job: three node agents on loopback
 # (n2, n1 at the start, n0 joining), an elastic caf-hvd-allreduce job, n1's agent killed
 # once n0 trains with it. Writes docs/timeline.{html,png} and the event log beside them.
 #

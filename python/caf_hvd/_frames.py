@@ -1,4 +1,4 @@
-"""Executor frames as caf-hvd defines them (README: "Executor frames"): a 24-byte
+"""Executor frames as caf-hvd defines them (docs/executors.md, "Executor frames"): a 24-byte
 big-endian header (kind u8, three zero bytes, id u64, rank u32, deadline_ms u32,
 payload length u32) and an opaque payload."""
 

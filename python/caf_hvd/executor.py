@@ -452,7 +452,7 @@ class Executor:
 
     def start(self, executable_cls=None, executable_args=None, executable_kwargs=None,
               extra_env_vars=None):
-        """Starts the workers; each builds executable_cls(*args, **kwargs) once it has its
+        """Starts the workers; each builds ``executable_cls(*args, **kwargs)`` once it has its
         rank, rendezvous and network environment."""
         if self._job is not None or self._shut:
             raise ExecutorError("start() was called already; make a new Executor")
@@ -562,11 +562,11 @@ class Executor:
         return self._gather(self._submit(("execute", fn, (), {}), rank=0, timeout=timeout))[0]
 
     def run(self, fn, args=None, kwargs=None, callbacks=None, timeout=None):
-        """fn(*args, **kwargs) on every rank; the values in rank order."""
+        """``fn(*args, **kwargs)`` on every rank; the values in rank order."""
         return self._gather(self.run_remote(fn, args, kwargs, callbacks, timeout))
 
     def run_remote(self, fn, args=None, kwargs=None, callbacks=None, timeout=None):
-        """fn(*args, **kwargs) on every rank; one concurrent.futures.Future per rank."""
+        """``fn(*args, **kwargs)`` on every rank; one concurrent.futures.Future per rank."""
         return self._submit(("run", fn, tuple(args or ()), dict(kwargs or {})),
                             callbacks=callbacks, timeout=timeout)
 

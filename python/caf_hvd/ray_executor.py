@@ -51,8 +51,8 @@ def _positive(name, value, allow_none=True):
 
 
 class RayExecutor:
-    """horovod.ray.RayExecutor on caf-hvd (see the README's executor section for what
-    each argument means here and which ones have no effect without Ray)."""
+    """horovod.ray.RayExecutor on caf-hvd (the guide's executors page, docs/executors.md,
+    says what each argument means here and which ones have no effect without Ray)."""
 
     @classmethod
     def create_settings(cls, timeout_s=30, ssh_identity_file=None, ssh_str=None,
@@ -303,7 +303,7 @@ class RayExecutor:
         return self._group().execute(fn, callbacks=callbacks, timeout=timeout)
 
     def run(self, fn, args=None, kwargs=None, callbacks=None, *, timeout=None):
-        """fn(*args, **kwargs) on every worker; the values in rank order. Elastic: every
+        """``fn(*args, **kwargs)`` on every worker; the values in rank order. Elastic: every
         process of every generation runs it; run ends when the job ends (a function
         returned on the ranks of the final generation, or all failed) and gives the
         final generation's values in rank order."""
@@ -315,7 +315,7 @@ class RayExecutor:
                                  timeout=timeout)
 
     def run_remote(self, fn, args=None, kwargs=None, *, callbacks=None, timeout=None):
-        """fn(*args, **kwargs) on every worker; one concurrent.futures.Future per rank
+        """``fn(*args, **kwargs)`` on every worker; one concurrent.futures.Future per rank
         (horovod.ray returns Ray ObjectRefs)."""
         if self.elastic:
             raise NotImplementedError("run_remote has no elastic form: an elastic job's "

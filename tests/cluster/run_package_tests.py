@@ -32,7 +32,7 @@ LINTIAN_EXPLAINED = {
     # GCC's version string in .comment; harmless, and meson's --strip keeps it.
     "binary-has-unneeded-section": "GCC's .comment section",
     # The agent is a systemd service only; sites without systemd start `caf-hvd node`
-    # with their own supervisor (README, Install on a cluster).
+    # with their own supervisor (docs/cluster.md, Install on a cluster).
     "package-supports-alternative-init-but-no-init.d-script": "systemd only",
     # A false positive: bytes of the binary's data that read as "wtH with".
     "spelling-error-in-binary": "bytes in the binary, not text",

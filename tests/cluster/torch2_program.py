@@ -1,7 +1,7 @@
 """Rank programs for the torch 2.x suite, run by real torch (Debian 13's 2.6 in a chroot,
 or Debian 12's 1.13 on the host) inside caf-hvd jobs: `allreduce` as users write it (the
 default env:// rendezvous); the others open a client of the job's store at MASTER_PORT
-themselves, as a torch built without libuv must (README, torch.distributed programs).
+themselves, as a torch built without libuv must (docs/torch.md).
 
 usage: torch2_program.py allreduce | queries | mixed | generations"""
 

@@ -57,7 +57,7 @@ struct inbox {
 
 } // namespace
 
-TEST_CASE("a frame's header is 24 big-endian bytes as the README documents") {
+TEST_CASE("a frame's header is 24 big-endian bytes as the guide documents") {
   auto bytes = encode_frame(make(frame_kind::result, 0x0102030405060708ull, 0x0a0b0c0d, "xy", 7));
   REQUIRE(bytes.size() == frame_header_size + 2);
   const unsigned char want[] = {2,    0,    0,    0,    1, 2, 3, 4, 5, 6, 7, 8,

@@ -48,7 +48,7 @@ class ScalingConfig:
     """num_workers ranks, each with resources_per_worker {"CPU": n, "GPU": m}
     (use_gpu: one GPU each unless resources_per_worker says otherwise).
     trainer_resources, placement_strategy and accelerator_type are accepted and have no
-    effect (README: caf_hvd.train)."""
+    effect (docs/executors.md, caf_hvd.train)."""
 
     num_workers: int = 1
     use_gpu: bool = False

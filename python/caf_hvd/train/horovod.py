@@ -26,7 +26,7 @@ class HorovodConfig:
     """Ray Train's HorovodConfig. timeout_s: the Gloo timeout; nics: the interfaces
     between hosts; placement_group_timeout_s: seconds for the ranks to start;
     ssh_identity_file/ssh_str/ssh_port: the ssh launcher, with hosts. key and verbose
-    below 2 have no effect (README: caf_hvd.train)."""
+    below 2 have no effect (docs/executors.md, caf_hvd.train)."""
 
     nics: set = None
     verbose: int = 1

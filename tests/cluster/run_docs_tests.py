@@ -1,0 +1,173 @@
+"""The guide (docs/): it builds with warnings as errors (scripts/docs.sh), every page is
+built and reachable from the index, the README's links into it resolve, and every
+message of the troubleshooting page is brought about and printed by caf-hvd exactly as
+the page shows it (a value in angle brackets, <LIKE_THIS>, stands for any text).
+Prints 'N passed, N failed'."""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import free_port, reap, run_suite  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DOCS = os.path.join(ROOT, "docs")
+CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
+
+
+def page_messages(path):
+    """The lines of the page's ```text blocks, each block one message (its lines)."""
+    blocks, current = [], None
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if current is None and line.strip() == "```text":
+                current = []
+            elif current is not None and line.strip() == "```":
+                blocks.append(current)
+                current = None
+            elif current is not None:
+                current.append(line)
+    return blocks
+
+
+def pattern_of(message_lines):
+    """A regex matching the message's lines in order, each a whole line of output, with
+    <PLACEHOLDER> for any text on that line."""
+    parts = []
+    for line in message_lines:
+        pieces = re.split(r"<[A-Z_]+>", line)
+        parts.append("^" + ".+?".join(re.escape(p) for p in pieces) + "$")
+    return re.compile("\n".join(parts), re.M)
+
+
+class DocsTest(unittest.TestCase):
+    def setUp(self):
+        self.procs = []
+        self.addCleanup(reap, self.procs)
+        self.dir = tempfile.mkdtemp(prefix="caf-hvd-docs-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        # no installed agent's cluster, no allocation: the driver has no hosts by default
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("SLURM_", "PBS_", "LSB_", "CAF_HVD_CLUSTER"))}
+        self.env["CAF_HVD_NODE_DEFAULTS"] = os.path.join(self.dir, "no-installed-agent")
+
+    def caf_hvd(self, *args, timeout=60, cwd=None):
+        p = subprocess.Popen([CAF_HVD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=self.env, cwd=cwd or self.dir,
+                             start_new_session=True)
+        self.procs.append(p)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError(f"caf-hvd {' '.join(args)} did not end in {timeout} s:\n{err}")
+        return p.returncode, out + err
+
+    # -- the site ---------------------------------------------------------------------------
+
+    def test_the_site_builds_strictly_with_every_page(self):
+        out = os.path.join(self.dir, "site")
+        r = subprocess.run([os.path.join(ROOT, "scripts", "docs.sh"), out],
+                           capture_output=True, text=True, env=self.env, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertTrue(os.path.exists(os.path.join(out, "index.html")))
+        pages = []
+        for base, _, files in os.walk(DOCS):
+            for f in files:
+                if f.endswith(".md"):
+                    pages.append(os.path.relpath(os.path.join(base, f), DOCS)[:-3])
+        for page in pages:
+            self.assertTrue(os.path.exists(os.path.join(out, page + ".html")), page)
+        # the generated references carry what they were generated from
+        with open(os.path.join(out, "reference", "cli.html")) as f:
+            cli = f.read()
+        for sub in ("run", "driver", "node", "status", "drain", "cluster", "timeline"):
+            self.assertIn(f"caf-hvd {sub}", cli)
+        self.assertIn("--host-discovery-script", cli)
+        with open(os.path.join(out, "reference", "python.html")) as f:
+            python = f.read()
+        for name in ("RayExecutor", "ElasticExecutor", "execute_single", "HorovodTrainer"):
+            self.assertIn(name, python)
+
+    def test_the_readme_is_one_screen_with_the_two_commands_first(self):
+        with open(os.path.join(ROOT, "README.md")) as f:
+            readme = f.read()
+        self.assertLess(len(readme.splitlines()), 90, "the README grew past a screen or two")
+        first = [l.strip() for l in readme.splitlines() if l.startswith("    ")][:2]
+        self.assertEqual(first, ["scripts/demo.sh", "scripts/test.sh"])
+        for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+            self.assertTrue(os.path.exists(os.path.join(ROOT, link)), link)
+
+    # -- the troubleshooting page -------------------------------------------------------------
+
+    def reproduce(self, lines):
+        """Brings about the message whose first line is lines[0]; returns the output."""
+        first = lines[0]
+        script = os.path.join(self.dir, "discover.sh")
+        if first.startswith("caf-hvd run: error: -np is required"):
+            return self.caf_hvd("run", "--", "true")
+        if "is not this machine" in first:
+            return self.caf_hvd("run", "-np", "2", "-H", "otherhost:2", "--", "true")
+        if "--mpi is not supported" in first:
+            return self.caf_hvd("run", "--mpi", "-np", "1", "--", "true")
+        if first.startswith("caf-hvd driver: error: give the hosts"):
+            return self.caf_hvd("driver", "-np", "2", "--", "true")
+        if "no cluster credentials in" in first:
+            return self.caf_hvd("driver", "-np", "2", "-H", "127.0.0.1:2", "--cluster-dir",
+                                os.path.join(self.dir, "nowhere"), "--", "true")
+        if first.startswith("caf-hvd: error: cannot reach every node agent"):
+            return self.caf_hvd("driver", "--insecure", "-np", "2", "-H",
+                                f"127.0.0.1:{free_port()}:2", "--", "true")
+        if "slots of host spec" in first:
+            return self.caf_hvd("hosts", "-H", "a:x")
+        if "failed first: exit code" in first:
+            return self.caf_hvd("run", "-np", "2", "--", "sh", "-c", "exit 3")
+        if "failed first: signal 9" in first:
+            return self.caf_hvd("run", "-np", "1", "--", "sh", "-c", "kill -9 $$")
+        if "cannot execute" in first:
+            return self.caf_hvd("run", "-np", "1", "--", "./no-such-program")
+        if "elastic timeout" in first:
+            with open(script, "w") as f:
+                f.write(f"#!/bin/sh\necho 127.0.0.1:{free_port()}:2\n")
+            os.chmod(script, 0o755)
+            return self.caf_hvd("driver", "--insecure", "--host-discovery-script", script,
+                                "--min-np", "2", "--elastic-timeout", "1", "--", "true")
+        if first.startswith("caf-hvd status: error: cannot reach the cluster"):
+            return self.caf_hvd("status", "--insecure", "--cluster", f"127.0.0.1:{free_port()}")
+        if "the rendezvous server refused a connection" in first:
+            if os.geteuid() != 0:
+                self.skipTest("a client of another account needs root")
+            # the rank forks a child of another account that asks the job's server
+            child = ("import os,socket,sys\n"
+                     "port=int(os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT'])\n"
+                     "os.setgid(54321); os.setuid(54321)\n"
+                     "s=socket.create_connection(('127.0.0.1',port),timeout=5)\n"
+                     "s.sendall(b'GET /global/0 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+                     "print('answer', len(s.recv(100)))\n")
+            return self.caf_hvd("run", "-np", "1", "--", "/usr/bin/python3", "-c", child)
+        self.fail(f"the troubleshooting page shows a message this test cannot bring about: "
+                  f"{first!r}; add its reproduction to run_docs_tests.py")
+
+    def test_every_troubleshooting_message_is_what_caf_hvd_prints(self):
+        messages = page_messages(os.path.join(DOCS, "troubleshooting.md"))
+        self.assertGreaterEqual(len(messages), 10)
+        for lines in messages:
+            with self.subTest(message=lines[0][:60]):
+                rc, output = self.reproduce(lines)
+                self.assertRegex(output, pattern_of(lines), f"exit {rc}")
+                if "warning" not in lines[0]:
+                    self.assertNotEqual(rc, 0, output)
+
+
+if __name__ == "__main__":
+    sys.exit(run_suite(DocsTest, sys.argv[1:]))
