@@ -610,7 +610,10 @@ void job::on_down(const caf::down_msg& dm) {
   for (auto& [ep, h] : hosts_) {
     bool ours = h.colocator && h.colocator.address() == dm.source;
     for (auto& [id, s] : slots_)
-      ours = ours || (s.endpoint == ep && s.worker && s.worker.address() == dm.source);
+      ours = ours || (s.endpoint == ep && s.worker && s.worker.address() == dm.source
+                      // a worker the job ended itself (dropped before it launched): a
+                      // remote actor's down message may come despite the demonitor
+                      && !(s.retired && !s.running));
     if (!ours || h.st == ehost::status::lost)
       continue;
     auto why = dm.reason == caf::exit_reason::remote_link_unreachable

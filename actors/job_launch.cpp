@@ -394,7 +394,13 @@ void job::on_exit(const rank_exit& ex) {
       log("rank {} finished; the job ends when the others do", s->rank);
       // Ranks that wait for another generation are told that there is none.
       send(coord_, stop_atom::value);
-      drop_unlaunched(); // fresh slots of a plan that will not be released
+      // Fresh slots of a plan that will not be released are dropped; a released
+      // generation's ranks that did not launch yet (a short rank 0 may end before its
+      // peers on another host start) still run, and the job ends when they do.
+      for (auto& [id, other] : slots_)
+        if (!(gen_.released && in_plan(other.key) && is_current(other)))
+          drop_if_unlaunched(other);
+      awaiting_release_.clear();
       stop_newcomers(0); // ... and newcomers waiting for it
     }
     return maybe_finish();

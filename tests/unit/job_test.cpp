@@ -48,6 +48,7 @@ struct node_log {
   std::map<uint32_t, std::string> worker_host;  // slot id -> its colocator's node
   std::map<std::string, std::string> report_as; // node -> the host its workers report
   bool silent_workers = false;                  // workers never report their host
+  std::set<std::string> silent_hosts;           // ... on these nodes (the test reports)
   std::map<uint32_t, int32_t> exit_at_launch;   // slot id -> the code its process ends with
                                                 // at once (reported before the launch reply)
   std::map<std::string, colocator_actor> colocators; // node -> its colocator
@@ -158,7 +159,7 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_ac
   auto host = the_log->worker_host[id];
   if (auto it = the_log->report_as.find(host); it != the_log->report_as.end())
     host = it->second;
-  if (!the_log->silent_workers)
+  if (!the_log->silent_workers && !the_log->silent_hosts.count(the_log->worker_host[id]))
     self->send(coordinator, report_atom::value, id, host);
   return {
       [=](launch_atom, launch_spec& spec) -> int32_t {
@@ -489,6 +490,30 @@ TEST_CASE_FIXTURE(fixture, "elastic: fresh slots of a plan that is never release
   CHECK(result->exit_code == 0);
   CHECK(log.envs.size() == 1);
   CHECK(names_of("host.lost").empty()); // dropping b's worker is not news of b's node
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a rank 0 that ends before its released peers on another "
+                           "host launched leaves them to run; the job ends when they do") {
+  log.silent_hosts = {"b"}; // b's worker is slow to report: its rank launches later
+  start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  REQUIRE(log.envs.size() == 1); // a's rank runs, b's waits for its worker
+  auto coord = coordinator();
+  exit(slot_on("a", 0), 0); // and ends at once (a short program)
+  CHECK_FALSE(job_ended());
+  uint32_t b = 0;
+  for (auto& [id, node] : log.worker_host)
+    if (node == "b")
+      b = id;
+  caf::anon_send(coord, report_atom::value, b, std::string{"b"});
+  sched.run();
+  REQUIRE(log.envs.count(b) == 1); // launched, with the released plan
+  CHECK(env_value(log.envs[b], "HOROVOD_SIZE") == "2");
+  CHECK_FALSE(job_ended());
+  exit(b, 0);
+  CHECK(job_ended());
+  CHECK(result->exit_code == 0);
+  CHECK(names_of("host.lost").empty());
 }
 
 TEST_CASE_FIXTURE(fixture, "elastic: a fresh slot whose host leaves before the release is "
