@@ -613,12 +613,17 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn(f"the name '{names[1]}' is held by a live agent at "
                       f"{self.h.hosts[1]['good_addr']}:{PORT}", line)
-        # a join to something that is not a caf-hvd agent
+        # a join to something that is not a caf-hvd agent: a web server (it reads the
+        # request, here a TLS hello, before it answers; one that closed with the hello
+        # unread would reset the connection, which a first join waits out like a busy
+        # agent's dropped handshake)
         listener = subprocess.Popen(
             ["ip", "netns", "exec", self.h.hosts[0]["ns"], sys.executable, "-c",
              "import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,"
              "socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',9999));s.listen()\nprint('up',flush=True)\n"
-             "while True:\n c,_=s.accept();c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\nhello');c.close()"],
+             "while True:\n c,_=s.accept();c.settimeout(5)\n try:\n  c.recv(4096)\n"
+             "  c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\nhello');c.shutdown(socket.SHUT_WR)\n"
+             "  c.recv(4096)\n except OSError:\n  pass\n c.close()"],
             stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.h.procs.append(listener)
         self.assertEqual(listener.stdout.readline().strip(), "up")
