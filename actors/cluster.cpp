@@ -13,9 +13,9 @@
 
 #include "actors/config.hpp"
 #include "actors/driver_util.hpp"
-#include "runtime/net.hpp"
-#include "runtime/nic.hpp"
-#include "runtime/text.hpp"
+#include "runtime/network/net.hpp"
+#include "runtime/network/nic.hpp"
+#include "runtime/observe/text.hpp"
 
 namespace cafhvd {
 

@@ -11,7 +11,7 @@
 
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/net.hpp"
+#include "runtime/network/net.hpp"
 
 namespace cafhvd {
 

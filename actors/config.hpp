@@ -14,10 +14,10 @@
 
 #include <caf/all.hpp>
 
-#include "runtime/credentials.hpp"
-#include "runtime/gpu.hpp"
-#include "runtime/identity.hpp"
-#include "runtime/membership.hpp"
+#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/gpu.hpp"
+#include "runtime/launch/identity.hpp"
+#include "runtime/cluster/membership.hpp"
 
 namespace cafhvd {
 
@@ -43,7 +43,7 @@ struct node_settings {
   // Drained (by an administrator, or by itself on SIGTERM with --drain-grace): it takes
   // no new jobs, and reports so; its running ranks go on
   std::shared_ptr<std::atomic<bool>> draining = std::make_shared<std::atomic<bool>>(false);
-  // Whose account ranks run as (runtime/identity.hpp): with switch_users, the owner's
+  // Whose account ranks run as (runtime/launch/identity.hpp): with switch_users, the owner's
   // (each job's colocator resolves it, or refuses the job); else the agent's own
   rank_user_policy rank_policy;
   bool switch_users = false;
@@ -68,7 +68,7 @@ public:
   hvd_config();
   /// Applies heartbeat settings and loads the middleman; with credentials also CAF's
   /// OpenSSL module in mutual-TLS mode (peers must present a certificate of `creds`' CA).
-  /// Loads the network module (runtime/net.hpp) or throws.
+  /// Loads the network module (runtime/network/net.hpp) or throws.
   void enable_network(const liveness& l, const cluster_credentials* creds);
   std::shared_ptr<node_settings> node = std::make_shared<node_settings>();
 };

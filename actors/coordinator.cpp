@@ -14,14 +14,14 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/driver_util.hpp"
-#include "runtime/allowlist.hpp"
-#include "runtime/elastic.hpp"
-#include "runtime/generation.hpp"
-#include "runtime/horovod_wire.hpp"
-#include "runtime/rendezvous_server.hpp"
-#include "runtime/socket_abort.hpp"
-#include "runtime/text.hpp"
-#include "runtime/torch_store.hpp"
+#include "runtime/network/allowlist.hpp"
+#include "runtime/job/elastic.hpp"
+#include "runtime/job/generation.hpp"
+#include "runtime/horovod/horovod_wire.hpp"
+#include "runtime/horovod/rendezvous_server.hpp"
+#include "runtime/network/socket_abort.hpp"
+#include "runtime/observe/text.hpp"
+#include "runtime/torch/torch_store.hpp"
 
 namespace cafhvd {
 
@@ -357,7 +357,7 @@ private:
   // -- warm joins ------------------------------------------------------------------------
   // A forming generation's newcomers start before its release and wait at its lot: a
   // port of the rendezvous server whose requests are held, unread by the store, until
-  // the release (runtime/rendezvous_server.hpp).
+  // the release (runtime/horovod/rendezvous_server.hpp).
 
   uint16_t open_lot(uint64_t g) {
     if (!server_ || !cfg_.elastic || g != gen_.number || gen_.released)

@@ -6,7 +6,7 @@
 //                  another host than the one its slot was placed on is an error that
 //                  names both, a worker that never reports one of the start timeout
 //   assignments    a generation's ranks over its hosts: Horovod's get_host_assignments
-//                  (runtime/assignment), local and cross ranks included
+//                  (runtime/job/assignment), local and cross ranks included
 //   barrier        the votes of the processes a forming generation carries over
 //                  (rank_and_size), their join deadlines, the release to the servers
 //   notifications  Horovod workers' notification services (PUT /worker_addresses) and

@@ -2,7 +2,7 @@
 // phases, each bounded by a deadline and able to say whom it is waiting for.
 #pragma once
 
-#include "runtime/credentials.hpp"
+#include "runtime/cluster/credentials.hpp"
 
 #include <chrono>
 #include <functional>
@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/protocol.hpp"
-#include "runtime/elastic.hpp"
-#include "runtime/host_spec.hpp"
+#include "runtime/job/elastic.hpp"
+#include "runtime/job/host_spec.hpp"
 
 namespace cafhvd {
 

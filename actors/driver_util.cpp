@@ -1,6 +1,6 @@
 #include "actors/driver_util.hpp"
 
-#include "runtime/net.hpp"
+#include "runtime/network/net.hpp"
 
 #include <cerrno>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include "runtime/output_writer.hpp"
+#include "runtime/observe/output_writer.hpp"
 
 namespace cafhvd {
 

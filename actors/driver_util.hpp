@@ -10,14 +10,14 @@
 #include <caf/all.hpp>
 
 #include "actors/protocol.hpp"
-#include "runtime/process.hpp"
+#include "runtime/launch/process.hpp"
 
 namespace cafhvd {
 
 /// Names a job in node agents' messages: driver host, pid and a time stamp.
 std::string make_job_id();
 
-/// Queues all of `s` for `fd` on the process's output thread (runtime/output_writer):
+/// Queues all of `s` for `fd` on the process's output thread (runtime/observe/output_writer):
 /// a stalled reader never blocks an actor. Output to a closed pipe is dropped.
 void write_all(int fd, std::string s);
 

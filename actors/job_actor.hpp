@@ -8,7 +8,7 @@
 //               script run every interval; each host joins the same way: reachable ->
 //               connected (mutual TLS) -> a colocator -> node info -> NIC -> ready
 //   generation  ready hosts in age order -> the coordinator's assignment -> a plan (a
-//               value, runtime/generation); slots of the plan without a process get one
+//               value, runtime/job/generation); slots of the plan without a process get one
 //               (their workers report their host to the coordinator first), processes
 //               that run are never restarted
 //   barrier     elastic, as horovodrun's driver (the votes and their deadlines are the
@@ -56,15 +56,15 @@
 #include "actors/coordinator.hpp"
 #include "actors/driver_util.hpp"
 #include "actors/node_actors.hpp"
-#include "runtime/channel.hpp"
-#include "runtime/env.hpp"
-#include "runtime/event_log.hpp"
-#include "runtime/generation.hpp"
-#include "runtime/gpu.hpp"
-#include "runtime/nic.hpp"
-#include "runtime/nic_probe.hpp"
-#include "runtime/process.hpp"
-#include "runtime/rendezvous_server.hpp"
+#include "runtime/launch/channel.hpp"
+#include "runtime/job/env.hpp"
+#include "runtime/observe/event_log.hpp"
+#include "runtime/job/generation.hpp"
+#include "runtime/cluster/gpu.hpp"
+#include "runtime/network/nic.hpp"
+#include "runtime/network/nic_probe.hpp"
+#include "runtime/launch/process.hpp"
+#include "runtime/horovod/rendezvous_server.hpp"
 
 namespace cafhvd::driver_impl {
 

@@ -2,8 +2,8 @@
 // checks, connects (a window of TLS handshakes), colocators and node info, readiness,
 // unusable and lost hosts, the blacklist, and starting the coordinator's servers.
 #include "actors/job_actor.hpp"
-#include "runtime/net.hpp"
-#include "runtime/text.hpp"
+#include "runtime/network/net.hpp"
+#include "runtime/observe/text.hpp"
 
 namespace cafhvd::driver_impl {
 

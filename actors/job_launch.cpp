@@ -458,7 +458,7 @@ void job::slot_failed(eslot& s, const std::string& why) {
 // Horovod 0.28 does not close a failed rank's Gloo sockets (process set 0's contexts
 // leak on shutdown), so a survivor blocked in a receive from a peer that already
 // failed waits for Gloo's timeout (30 s) before it restores its commit and re-joins.
-// The survivors' agents shut those connections down at once (runtime/socket_abort.hpp);
+// The survivors' agents shut those connections down at once (runtime/network/socket_abort.hpp);
 // the next generation is held until every agent answered (at most 3 s), so no
 // connection of the new generation can be hit.
 void job::abort_gloo() {

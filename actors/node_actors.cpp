@@ -16,10 +16,10 @@
 #include <fmt/format.h>
 
 #include "actors/config.hpp"
-#include "runtime/net.hpp"
-#include "runtime/nic.hpp"
-#include "runtime/text.hpp"
-#include "runtime/socket_abort.hpp"
+#include "runtime/network/net.hpp"
+#include "runtime/network/nic.hpp"
+#include "runtime/observe/text.hpp"
+#include "runtime/network/socket_abort.hpp"
 
 namespace cafhvd {
 

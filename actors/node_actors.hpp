@@ -14,10 +14,10 @@
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/channel.hpp"
-#include "runtime/gpu.hpp"
-#include "runtime/nic_probe.hpp"
-#include "runtime/process.hpp"
+#include "runtime/launch/channel.hpp"
+#include "runtime/cluster/gpu.hpp"
+#include "runtime/network/nic_probe.hpp"
+#include "runtime/launch/process.hpp"
 
 namespace cafhvd {
 

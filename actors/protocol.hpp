@@ -26,7 +26,7 @@
 //   caf-hvd drain ──drain(node, admin ticket)──▶ table ──drain──▶ that node's joiner
 //   driver ──spawn colocator(driver ticket)──▶ agent (a ticket of another agent is refused)
 //
-// Executor mode (runtime/channel.hpp frames; payloads are opaque):
+// Executor mode (runtime/launch/channel.hpp frames; payloads are opaque):
 //   owner ═frames═▶ job ──call──▶ worker ═frames═▶ rank process
 //   owner ◀═frames═ job ◀─result/log/chanfail── worker ◀═frames═ rank process
 #pragma once
@@ -37,11 +37,11 @@
 
 #include <caf/all.hpp>
 
-#include "runtime/assignment.hpp"
-#include "runtime/credentials.hpp"
-#include "runtime/membership.hpp"
-#include "runtime/nic.hpp"
-#include "runtime/nic_probe.hpp"
+#include "runtime/job/assignment.hpp"
+#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/membership.hpp"
+#include "runtime/network/nic.hpp"
+#include "runtime/network/nic_probe.hpp"
 
 namespace cafhvd {
 
@@ -456,7 +456,7 @@ using colocator_actor = caf::typed_actor<
     caf::replies_to<launch_atom, launch_batch>::with<std::vector<int32_t>>,
     // elastic, after a rank failed: shut down the Gloo connections of these slots' rank
     // processes (slots; Gloo's listening addresses and the job's server endpoints, as
-    // "ip:port"; see runtime/socket_abort.hpp), on a thread; answered when done
+    // "ip:port"; see runtime/network/socket_abort.hpp), on a thread; answered when done
     caf::replies_to<abort_atom, std::vector<uint32_t>, std::vector<std::string>,
                     std::vector<std::string>>::with<gloo_abort_report>,
     caf::reacts_to<aborted_atom, uint64_t, gloo_abort_report>, // from an abort thread

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "apps/cli.hpp"
-#include "runtime/process.hpp"
+#include "runtime/launch/process.hpp"
 
 using namespace cafhvd;
 using namespace cafhvd::cli;

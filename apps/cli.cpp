@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/net.hpp"
-#include "runtime/process.hpp"
+#include "runtime/network/net.hpp"
+#include "runtime/launch/process.hpp"
 
 namespace cafhvd::cli {
 

@@ -13,7 +13,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "runtime/credentials.hpp"
+#include "runtime/cluster/credentials.hpp"
 
 namespace cafhvd::cli {
 

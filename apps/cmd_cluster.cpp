@@ -1,5 +1,5 @@
 // caf-hvd cluster: a cluster's credentials (init, add-node, add-driver, revoke), through
-// runtime/credentials.
+// runtime/cluster/credentials.
 #include <iostream>
 #include <optional>
 #include <string>
@@ -10,8 +10,8 @@
 #include <fmt/ranges.h>
 
 #include "apps/cli.hpp"
-#include "runtime/credentials.hpp"
-#include "runtime/net.hpp"
+#include "runtime/cluster/credentials.hpp"
+#include "runtime/network/net.hpp"
 
 namespace cafhvd::cli {
 

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "apps/cli.hpp"
-#include "runtime/allocation.hpp"
-#include "runtime/host_spec.hpp"
+#include "runtime/job/allocation.hpp"
+#include "runtime/job/host_spec.hpp"
 
 namespace cafhvd::cli {
 

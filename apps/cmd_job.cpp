@@ -1,5 +1,5 @@
 // Starts what a job_request asks for: node agents for the job (--launcher ssh or slurm,
-// through runtime/ssh_launch), the live view, the actor system with the driver (and, for
+// through runtime/launch/ssh_launch), the live view, the actor system with the driver (and, for
 // `caf-hvd run`, the node inside this process); then waits for the job's exit code.
 #include <cerrno>
 #include <cmath>
@@ -15,10 +15,10 @@
 
 #include "actors/driver_util.hpp"
 #include "apps/job_options.hpp"
-#include "runtime/dashboard.hpp"
-#include "runtime/net.hpp"
-#include "runtime/nic.hpp"
-#include "runtime/nic_probe.hpp"
+#include "runtime/observe/dashboard.hpp"
+#include "runtime/network/net.hpp"
+#include "runtime/network/nic.hpp"
+#include "runtime/network/nic_probe.hpp"
 
 namespace cafhvd::cli {
 

@@ -23,12 +23,12 @@
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
 #include "apps/cli.hpp"
-#include "runtime/text.hpp"
-#include "runtime/credentials.hpp"
-#include "runtime/net.hpp"
-#include "runtime/gpu.hpp"
-#include "runtime/host_spec.hpp"
-#include "runtime/membership.hpp"
+#include "runtime/observe/text.hpp"
+#include "runtime/cluster/credentials.hpp"
+#include "runtime/network/net.hpp"
+#include "runtime/cluster/gpu.hpp"
+#include "runtime/job/host_spec.hpp"
+#include "runtime/cluster/membership.hpp"
 
 namespace cafhvd::cli {
 

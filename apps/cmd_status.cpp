@@ -13,10 +13,10 @@
 #include "actors/driver_util.hpp"
 #include "actors/protocol.hpp"
 #include "apps/cli.hpp"
-#include "runtime/host_spec.hpp"
-#include "runtime/membership.hpp"
-#include "runtime/net.hpp"
-#include "runtime/text.hpp"
+#include "runtime/job/host_spec.hpp"
+#include "runtime/cluster/membership.hpp"
+#include "runtime/network/net.hpp"
+#include "runtime/observe/text.hpp"
 
 namespace cafhvd::cli {
 

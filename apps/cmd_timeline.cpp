@@ -1,5 +1,5 @@
 // caf-hvd timeline EVENTS -o OUT: draws a job's event log (--events) as a page or a
-// trace, through runtime/timeline.
+// trace, through runtime/observe/timeline.
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "apps/cli.hpp"
-#include "runtime/timeline.hpp"
-#include "runtime/text.hpp"
+#include "runtime/observe/timeline.hpp"
+#include "runtime/observe/text.hpp"
 
 namespace cafhvd::cli {
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "apps/job_options.hpp"
-#include "runtime/nic.hpp"
+#include "runtime/network/nic.hpp"
 
 namespace cafhvd::cli {
 

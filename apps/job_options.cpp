@@ -15,10 +15,10 @@
 
 #include "actors/driver_util.hpp"
 #include "apps/job_options.hpp"
-#include "runtime/dashboard.hpp"
-#include "runtime/nic.hpp"
-#include "runtime/text.hpp"
-#include "runtime/env.hpp"
+#include "runtime/observe/dashboard.hpp"
+#include "runtime/network/nic.hpp"
+#include "runtime/observe/text.hpp"
+#include "runtime/job/env.hpp"
 
 extern char** environ;
 

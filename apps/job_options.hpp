@@ -11,10 +11,10 @@
 #include "actors/config.hpp"
 #include "actors/driver.hpp"
 #include "apps/cli.hpp"
-#include "runtime/allocation.hpp"
-#include "runtime/gpu.hpp"
-#include "runtime/membership.hpp"
-#include "runtime/ssh_launch.hpp"
+#include "runtime/job/allocation.hpp"
+#include "runtime/cluster/gpu.hpp"
+#include "runtime/cluster/membership.hpp"
+#include "runtime/launch/ssh_launch.hpp"
 
 namespace cafhvd::cli {
 

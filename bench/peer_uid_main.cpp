@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/peer_uid.hpp"
+#include "runtime/network/peer_uid.hpp"
 
 int main(int argc, char** argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 20000;

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "runtime/rendezvous_server.hpp"
+#include "runtime/horovod/rendezvous_server.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

@@ -1,12 +1,12 @@
 // Cluster credentials with OpenSSL (part of caf-hvd-net.so; the binary calls them through
-// runtime/net.hpp): creating a cluster's CA and certificates, revoking them, loading and
+// runtime/network/net.hpp): creating a cluster's CA and certificates, revoking them, loading and
 // checking one process's set.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "runtime/credentials.hpp"
+#include "runtime/cluster/credentials.hpp"
 
 struct x509_st; // OpenSSL's X509
 

@@ -1,4 +1,4 @@
-// caf-hvd-net.so's table (runtime/net.hpp): everything of caf-hvd that needs CAF's
+// caf-hvd-net.so's table (runtime/network/net.hpp): everything of caf-hvd that needs CAF's
 // middleman, CAF's OpenSSL module or OpenSSL, behind one entry point.
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -18,7 +18,7 @@
 
 #include "net/credentials.hpp"
 #include "net/tls_context.hpp"
-#include "runtime/net.hpp"
+#include "runtime/network/net.hpp"
 
 namespace cafhvd::net {
 

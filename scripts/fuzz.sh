@@ -27,12 +27,12 @@ out=build-fuzz
 mkdir -p "$out/logs"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -DFMT_HEADER_ONLY=0)
-sources=(runtime/host_spec.cpp runtime/assignment.cpp runtime/kv_store.cpp
-         runtime/rendezvous_server.cpp runtime/torch_store_protocol.cpp runtime/channel.cpp
-         runtime/output_writer.cpp runtime/allocation.cpp runtime/timeline.cpp
-         runtime/allowlist.cpp runtime/text.cpp runtime/horovod_wire.cpp runtime/socket_abort.cpp
+sources=(runtime/job/host_spec.cpp runtime/job/assignment.cpp runtime/horovod/kv_store.cpp
+         runtime/horovod/rendezvous_server.cpp runtime/torch/torch_store_protocol.cpp runtime/launch/channel.cpp
+         runtime/observe/output_writer.cpp runtime/job/allocation.cpp runtime/observe/timeline.cpp
+         runtime/network/allowlist.cpp runtime/observe/text.cpp runtime/horovod/horovod_wire.cpp runtime/network/socket_abort.cpp
          # Horovod's wire signs with the network module's HMAC, linked in here
-         runtime/net.cpp runtime/process.cpp runtime/credentials.cpp
+         runtime/network/net.cpp runtime/launch/process.cpp runtime/cluster/credentials.cpp
          net/module.cpp net/credentials.cpp net/tls_context.cpp)
 for t in "${targets[@]}"; do
   echo "building fuzz-$t"

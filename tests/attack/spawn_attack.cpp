@@ -12,7 +12,7 @@
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/net.hpp"
+#include "runtime/network/net.hpp"
 
 using namespace cafhvd;
 

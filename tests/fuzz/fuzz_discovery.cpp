@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "runtime/host_spec.hpp"
+#include "runtime/job/host_spec.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

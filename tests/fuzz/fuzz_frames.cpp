@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/channel.hpp"
+#include "runtime/launch/channel.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0)

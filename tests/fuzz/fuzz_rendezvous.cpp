@@ -6,7 +6,7 @@
 
 #include <boost/beast/http.hpp>
 
-#include "runtime/rendezvous_server.hpp"
+#include "runtime/horovod/rendezvous_server.hpp"
 
 namespace http = boost::beast::http;
 

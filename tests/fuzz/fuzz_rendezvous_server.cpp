@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/allowlist.hpp"
-#include "runtime/rendezvous_server.hpp"
-#include "runtime/text.hpp"
+#include "runtime/network/allowlist.hpp"
+#include "runtime/horovod/rendezvous_server.hpp"
+#include "runtime/observe/text.hpp"
 
 namespace {
 

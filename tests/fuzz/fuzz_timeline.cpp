@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/timeline.hpp"
+#include "runtime/observe/timeline.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);

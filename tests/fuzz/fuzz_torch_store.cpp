@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "runtime/torch_store_protocol.hpp"
+#include "runtime/torch/torch_store_protocol.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cafhvd::torch_store_limits limits;

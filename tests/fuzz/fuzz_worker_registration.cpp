@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "runtime/horovod_wire.hpp"
+#include "runtime/horovod/horovod_wire.hpp"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include "actors/config.hpp"
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/net.hpp"
+#include "runtime/network/net.hpp"
 
 using namespace cafhvd;
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "runtime/allocation.hpp"
+#include "runtime/job/allocation.hpp"
 
 using namespace cafhvd;
 using strings = std::vector<std::string>;

@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "runtime/assignment.hpp"
+#include "runtime/job/assignment.hpp"
 
 using namespace cafhvd;
 

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "runtime/channel.hpp"
+#include "runtime/launch/channel.hpp"
 
 using namespace cafhvd;
 

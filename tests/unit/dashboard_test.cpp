@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/dashboard.hpp"
+#include "runtime/observe/dashboard.hpp"
 #include "socket_util.hpp"
 
 using namespace cafhvd;

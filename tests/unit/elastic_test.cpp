@@ -16,9 +16,9 @@
 #include <thread>
 #include <unistd.h>
 
-#include "runtime/elastic.hpp"
-#include "runtime/host_spec.hpp"
-#include "runtime/rendezvous_server.hpp"
+#include "runtime/job/elastic.hpp"
+#include "runtime/job/host_spec.hpp"
+#include "runtime/horovod/rendezvous_server.hpp"
 #include "socket_util.hpp"
 
 using namespace cafhvd;

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "runtime/env.hpp"
+#include "runtime/job/env.hpp"
 
 using namespace cafhvd;
 

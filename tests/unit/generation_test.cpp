@@ -2,7 +2,7 @@
 // of processes that hold state, and which ranks carry the state into a new plan.
 #include <doctest/doctest.h>
 
-#include "runtime/generation.hpp"
+#include "runtime/job/generation.hpp"
 
 using namespace cafhvd;
 using namespace std::chrono_literals;

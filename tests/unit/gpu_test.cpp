@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/env.hpp"
-#include "runtime/gpu.hpp"
+#include "runtime/job/env.hpp"
+#include "runtime/cluster/gpu.hpp"
 
 using namespace cafhvd;
 

@@ -1,4 +1,4 @@
-// Horovod's worker notification wire (runtime/horovod_wire): registrations as horovod
+// Horovod's worker notification wire (runtime/horovod/horovod_wire): registrations as horovod
 // 0.28.1's workers PUT them, the HostsUpdatedRequest pickle byte for byte, HMAC framing,
 // and the client against in-test workers.
 //
@@ -20,7 +20,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "runtime/horovod_wire.hpp"
+#include "runtime/horovod/horovod_wire.hpp"
 
 using namespace cafhvd;
 

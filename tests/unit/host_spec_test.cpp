@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 #include <sstream>
 
-#include "runtime/host_spec.hpp"
+#include "runtime/job/host_spec.hpp"
 
 using namespace cafhvd;
 

@@ -11,7 +11,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "apps/allreduce/http_store.hpp"
-#include "runtime/rendezvous_server.hpp"
+#include "runtime/horovod/rendezvous_server.hpp"
 
 using namespace cafhvd;
 using namespace std::chrono_literals;

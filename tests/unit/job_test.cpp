@@ -22,7 +22,7 @@
 #include "actors/config.hpp"
 #include "actors/driver.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/channel.hpp"
+#include "runtime/launch/channel.hpp"
 
 using namespace cafhvd;
 

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "runtime/membership.hpp"
+#include "runtime/cluster/membership.hpp"
 
 using namespace cafhvd;
 

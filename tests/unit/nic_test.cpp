@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/nic_probe.hpp"
+#include "runtime/network/nic_probe.hpp"
 #include "socket_util.hpp"
 
 using namespace cafhvd;

@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/allowlist.hpp"
-#include "runtime/peer_uid.hpp"
+#include "runtime/network/allowlist.hpp"
+#include "runtime/network/peer_uid.hpp"
 
 using namespace cafhvd;
 

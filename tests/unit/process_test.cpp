@@ -9,7 +9,7 @@
 #include <optional>
 #include <unistd.h>
 
-#include "runtime/process.hpp"
+#include "runtime/launch/process.hpp"
 
 using namespace cafhvd;
 using namespace std::chrono_literals;

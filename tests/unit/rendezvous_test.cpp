@@ -20,10 +20,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/allowlist.hpp"
-#include "runtime/kv_store.hpp"
-#include "runtime/rendezvous_server.hpp"
-#include "runtime/text.hpp"
+#include "runtime/network/allowlist.hpp"
+#include "runtime/horovod/kv_store.hpp"
+#include "runtime/horovod/rendezvous_server.hpp"
+#include "runtime/observe/text.hpp"
 #include "socket_util.hpp"
 
 using namespace cafhvd;

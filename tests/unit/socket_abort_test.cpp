@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/socket_abort.hpp"
+#include "runtime/network/socket_abort.hpp"
 
 using namespace cafhvd;
 

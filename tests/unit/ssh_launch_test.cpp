@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/ssh_launch.hpp"
+#include "runtime/launch/ssh_launch.hpp"
 
 using namespace cafhvd;
 

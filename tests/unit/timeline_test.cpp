@@ -5,7 +5,7 @@
 #include <regex>
 #include <sstream>
 
-#include "runtime/timeline.hpp"
+#include "runtime/observe/timeline.hpp"
 
 using namespace cafhvd;
 using json = nlohmann::json;

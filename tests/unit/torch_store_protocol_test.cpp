@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "runtime/torch_store_protocol.hpp"
+#include "runtime/torch/torch_store_protocol.hpp"
 
 using namespace cafhvd;
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <mutex>
 
-#include "runtime/torch_store.hpp"
+#include "runtime/torch/torch_store.hpp"
 #include "socket_util.hpp"
 
 using namespace cafhvd;
