@@ -48,6 +48,25 @@ def issue(role, name):
     return out
 
 
+_horovod_site = None
+
+
+def horovod_site():
+    """The site dir of the cached real Horovod build (scripts/setup-horovod.sh builds it
+    once, outside the checkout); its failure fails the caller with the script's output."""
+    global _horovod_site
+    if _horovod_site is None:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        r = subprocess.run([os.path.join(root, "scripts", "setup-horovod.sh")],
+                           capture_output=True, text=True)
+        lines = r.stdout.strip().splitlines()
+        if r.returncode != 0 or not lines or not os.path.isdir(lines[-1]):
+            raise AssertionError(f"scripts/setup-horovod.sh failed (exit {r.returncode}):\n"
+                                 f"{r.stderr[-3000:]}")
+        _horovod_site = lines[-1]
+    return _horovod_site
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

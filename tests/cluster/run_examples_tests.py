@@ -17,26 +17,11 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Cluster, pid_with_env, rank_lines, run_suite, wait_until  # noqa: E402
+from harness import Cluster, horovod_site, pid_with_env, rank_lines, run_suite  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 EXAMPLES = os.path.join(ROOT, "examples")
 PYTHON = "/usr/bin/python3"
-_site = None
-
-
-def horovod_site():
-    """The site dir of the cached real Horovod build; its failure fails the test."""
-    global _site
-    if _site is None:
-        r = subprocess.run([os.path.join(ROOT, "scripts", "setup-horovod.sh")],
-                           capture_output=True, text=True)
-        lines = r.stdout.strip().splitlines()
-        if r.returncode != 0 or not lines or not os.path.isdir(lines[-1]):
-            raise AssertionError(f"scripts/setup-horovod.sh failed (exit {r.returncode}):\n"
-                                 f"{r.stderr[-3000:]}")
-        _site = lines[-1]
-    return _site
 
 
 class ExamplesTest(unittest.TestCase):

@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from harness import Cluster, pids_with_env_entry, run_suite, wait_until  # noqa: E402
+from harness import Cluster, horovod_site, pids_with_env_entry, run_suite, wait_until  # noqa: E402
 
 import caf_hvd  # noqa: E402
 from caf_hvd import RayExecutor, WorkerError  # noqa: E402
@@ -52,22 +52,6 @@ if not os.path.exists(TARBALL):
 PYTHON = "/usr/bin/python3"
 TAG = "CAF_HVD_RAY_TEST_TAG"
 os.environ[TAG] = f"{os.getpid()}-{time.monotonic_ns()}"  # inherited by all we start
-
-_site = None
-
-
-def horovod_site():
-    """The site dir of the cached real Horovod build; its failure fails the test."""
-    global _site
-    if _site is None:
-        r = subprocess.run([os.path.join(ROOT, "scripts", "setup-horovod.sh")],
-                           capture_output=True, text=True)
-        lines = r.stdout.strip().splitlines()
-        if r.returncode != 0 or not lines or not os.path.isdir(lines[-1]):
-            raise AssertionError(f"scripts/setup-horovod.sh failed (exit {r.returncode}):\n"
-                                 f"{r.stderr[-3000:]}")
-        _site = lines[-1]
-    return _site
 
 
 def tagged_pids():
