@@ -259,7 +259,8 @@ private:
                const std::vector<std::string>& carrying);
   void on_complete(uint64_t g);
   void release_generation(bool resumed = false);
-  void drop_unlaunched();
+  /// keep_released: the released generation's slots stay (the job ends when they do).
+  void drop_unlaunched(bool keep_released = false);
   bool drop_if_unlaunched(eslot& s);
   void on_notified(uint64_t g, const std::string& key, const std::string& problem);
 

@@ -457,9 +457,10 @@ void job::release_generation(bool resumed) {
 // Elastic: drops the slots whose processes were never asked for (they wait for a
 // release that will not come): nothing of theirs runs, so nothing reports their end.
 // (A static job launches every slot of its one plan.)
-void job::drop_unlaunched() {
+void job::drop_unlaunched(bool keep_released) {
   for (auto& [id, s] : slots_)
-    drop_if_unlaunched(s);
+    if (!(keep_released && gen_.released && in_plan(s.key) && is_current(s)))
+      drop_if_unlaunched(s);
   awaiting_release_.clear();
 }
 

@@ -397,10 +397,7 @@ void job::on_exit(const rank_exit& ex) {
       // Fresh slots of a plan that will not be released are dropped; a released
       // generation's ranks that did not launch yet (a short rank 0 may end before its
       // peers on another host start) still run, and the job ends when they do.
-      for (auto& [id, other] : slots_)
-        if (!(gen_.released && in_plan(other.key) && is_current(other)))
-          drop_if_unlaunched(other);
-      awaiting_release_.clear();
+      drop_unlaunched(/*keep_released=*/true);
       stop_newcomers(0); // ... and newcomers waiting for it
     }
     return maybe_finish();
