@@ -2,6 +2,7 @@
 #include "runtime/launch/channel.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <sys/socket.h>
@@ -152,6 +153,17 @@ struct frame_channel::shared {
   std::condition_variable idle;
   bool stop = false;
   bool half_close = false;
+  // The reader and writer threads still running (the destructor waits for them, so no
+  // callback runs once it returned), and who they are (a callback may destroy the
+  // channel: it does not wait for its own thread).
+  int threads = 2;
+  std::thread::id reader, writer;
+  std::condition_variable ended;
+  void thread_ended() {
+    std::lock_guard guard{m};
+    --threads;
+    ended.notify_all();
+  }
   ~shared() {
     if (fd >= 0)
       ::close(fd);
@@ -198,8 +210,9 @@ size_t send_now(int fd, const std::string& header, const std::string& payload) {
 frame_channel::frame_channel(int fd, uint64_t max_payload, frame_fn on_frame, close_fn on_close)
     : sh_(std::make_shared<shared>()) {
   sh_->fd = fd;
-  std::thread{[sh = sh_, max_payload, on_frame = std::move(on_frame),
-               on_close = std::move(on_close)] {
+  std::lock_guard guard{sh_->m}; // the threads' ids are known before either can end
+  std::thread reader{[sh = sh_, max_payload, on_frame = std::move(on_frame),
+                      on_close = std::move(on_close)]() mutable {
     frame_decoder dec{max_payload};
     std::vector<char> buf(1 << 20);
     std::string problem;
@@ -225,8 +238,15 @@ frame_channel::frame_channel(int fd, uint64_t max_payload, frame_fn on_frame, cl
       }
     }
     on_close(problem);
-  }}.detach();
-  std::thread{[sh = sh_] {
+    on_frame = nullptr; // what the callbacks hold goes before the destructor returns
+    on_close = nullptr;
+    sh->thread_ended();
+  }};
+  std::thread writer{[sh = sh_] {
+    struct on_return {
+      shared& sh;
+      ~on_return() { sh.thread_ended(); }
+    } ended{*sh};
     std::unique_lock guard{sh->m};
     auto drop_all = [&] {
       auto rest = std::move(sh->queue);
@@ -272,16 +292,26 @@ frame_channel::frame_channel(int fd, uint64_t max_payload, frame_fn on_frame, cl
       if (sh->queue.empty())
         sh->idle.notify_all();
     }
-  }}.detach();
+  }};
+  sh_->reader = reader.get_id();
+  sh_->writer = writer.get_id();
+  reader.detach();
+  writer.detach();
 }
 
 frame_channel::~frame_channel() {
-  {
-    std::lock_guard guard{sh_->m};
-    sh_->stop = true;
-  }
+  std::unique_lock guard{sh_->m};
+  sh_->stop = true;
   sh_->cv.notify_all();
   ::shutdown(sh_->fd, SHUT_RDWR); // wakes both threads; the descriptor closes with `shared`
+  // Both threads leave at once now (the reader reads EOF, the writer's send fails or it
+  // wakes to `stop`) unless a callback blocks; their callbacks capture what the owner
+  // is about to destroy, so none may run after this returns.
+  auto me = std::this_thread::get_id();
+  int own = me == sh_->reader || me == sh_->writer ? 1 : 0;
+  if (!sh_->ended.wait_for(guard, std::chrono::seconds(10), [&] { return sh_->threads == own; }))
+    std::fprintf(stderr, "caf-hvd: warning: a rank channel's callbacks did not return within "
+                         "10 s of its close; they may still run\n");
 }
 
 void frame_channel::send(frame f, std::function<void()> done) {

@@ -76,9 +76,10 @@ private:
 /// A frame stream over a connected socket: a reader thread hands every frame to
 /// `on_frame`, a writer thread sends what `send` could not write at once, in order. The
 /// callbacks run on the reader thread; `on_close` runs once, with "" for a clean end of
-/// stream, else the problem (a violation, a frame cut off, a read error). Both threads
-/// stop when the channel is destroyed; the descriptor is closed once neither uses it any
-/// more.
+/// stream, else the problem (a violation, a frame cut off, a read error). The destructor
+/// stops both threads and returns once neither runs a callback any more (so callbacks
+/// may use what the owner destroys next; one may destroy the channel itself); the
+/// descriptor is closed once neither thread uses it.
 class frame_channel {
 public:
   using frame_fn = std::function<void(frame&&)>;

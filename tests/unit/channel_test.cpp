@@ -252,3 +252,63 @@ TEST_CASE("frames the socket cannot take at once are finished by the writer, in 
   CHECK(done == expected);
   ::close(sv[1]);
 }
+
+TEST_CASE("no callback of a channel runs once its destructor returned; a callback may "
+          "destroy its own channel") {
+  // A slow consumer is inside on_frame when the owner destroys the channel: the
+  // destructor waits for it (its callbacks capture what the owner destroys next), and
+  // neither on_close nor a dropped frame's `done` runs afterwards.
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  int small = 4096;
+  REQUIRE(::setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
+  std::atomic<bool> entered{false}, returned{false}, destroyed{false};
+  std::atomic<int> after{0};
+  auto ch = std::make_unique<frame_channel>(
+      sv[0], default_max_frame,
+      [&](frame&&) {
+        after += destroyed ? 1 : 0;
+        entered = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        returned = true;
+      },
+      [&](const std::string&) { after += destroyed ? 1 : 0; });
+  ch->send(make(frame_kind::call, 1, 0, std::string(1 << 20, 'q')), [&] {
+    after += destroyed ? 1 : 0; // dropped when the channel goes: before its destructor returns
+  });
+  REQUIRE(write_frame(sv[1], make(frame_kind::result, 1, 0, "x")));
+  for (int i = 0; i < 500 && !entered; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(entered);
+  ch.reset();
+  destroyed = true;
+  CHECK(returned); // the destructor waited for the callback in progress
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(after == 0);
+  ::close(sv[1]);
+
+  // on_close destroys the channel it belongs to (its owner lets go on the end of stream)
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  std::mutex m;
+  std::condition_variable cv;
+  std::unique_ptr<frame_channel> self_owned;
+  bool gone = false;
+  {
+    std::lock_guard g{m};
+    self_owned = std::make_unique<frame_channel>(
+        sv[0], default_max_frame, [](frame&&) {}, [&](const std::string&) {
+          std::unique_ptr<frame_channel> mine;
+          {
+            std::lock_guard g2{m};
+            mine = std::move(self_owned);
+          }
+          mine.reset(); // on its own reader thread: must not wait for itself
+          std::lock_guard g2{m};
+          gone = true;
+          cv.notify_all();
+        });
+  }
+  ::close(sv[1]);
+  std::unique_lock g{m};
+  CHECK(cv.wait_for(g, std::chrono::seconds(5), [&] { return gone; }));
+}
