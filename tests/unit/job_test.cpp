@@ -687,6 +687,67 @@ TEST_CASE_FIXTURE(fixture, "elastic: a node that drains is left at the next comm
   interrupt();
 }
 
+TEST_CASE_FIXTURE(fixture, "elastic: a drained node whose agent is lost before the re-join "
+                           "costs nothing: the plan without it is released, nobody blamed") {
+  // The drain already took c out of generation 2; its agent dying before a and b
+  // re-joined (their collective with c's rank fails: they vote) is no new failure: no
+  // third plan, no reset counted, no blacklist, and the job ends 0.
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000),
+                [](job_config& c) { c.elastic->reset_limit = 1; });
+  discover("a:1:1\nb:2:1\nc:3:1\n");
+  caf::anon_send(log.colocators.at("c"), drain_atom::value, true,
+                 std::string{"drained by the cluster's administrator 'root'"});
+  sched.run();
+  REQUIRE(names_of("generation.begin").size() == 2);
+  caf::anon_send_exit(log.colocators.at("c"), caf::exit_reason::kill);
+  sched.run();
+  CHECK(names_of("host.lost").size() == 1); // seen, and taken for what it is
+  vote("a", 0);
+  vote("b", 0);
+  CHECK(names_of("generation.begin").size() == 2);
+  CHECK(names_of("generation.released").size() == 2);
+  CHECK(names_of("host.blacklisted").empty());
+  exit(slot_on("a", 0), 0);
+  exit(slot_on("b", 0), 0);
+  for (int i = 0; i < 5 && !job_ended(); ++i) {
+    sched.trigger_timeouts();
+    sched.run();
+  }
+  REQUIRE(job_ended());
+  CHECK(result->exit_code == 0);
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a node that drains between the votes of a forming plan is "
+                           "left out of the plan that replaces it; the votes already in count") {
+  // Generation 2 adds c; a has voted, b has not when b's drain comes. Generation 3 (a, c)
+  // replaces 2 before its release, a's held vote releases it at once, c's fresh rank
+  // starts as rank 1 of 2, and b's rank is stopped after the grace, not blamed.
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  auto b0 = slot_on("b", 0);
+  discover("a:1:1\nb:2:1\nc:3:1\n");
+  vote("a", 0);
+  caf::anon_send(log.colocators.at("b"), drain_atom::value, true,
+                 std::string{"drained by the cluster's administrator 'root'"});
+  sched.run();
+  CHECK(names_of("generation.begin")
+        == std::vector<std::string>{"generation.begin:1", "generation.begin:2",
+                                    "generation.begin:3"});
+  CHECK(names_of("generation.released")
+        == std::vector<std::string>{"generation.released:1", "generation.released:3"});
+  auto c0 = slot_on("c", 0);
+  CHECK(std::count(log.envs[c0].begin(), log.envs[c0].end(), "HOROVOD_RANK=1") == 1);
+  CHECK(std::count(log.envs[c0].begin(), log.envs[c0].end(), "HOROVOD_SIZE=2") == 1);
+  vote("b", 0); // its re-join is answered -1
+  sched.advance_time(std::chrono::milliseconds(1100));
+  sched.run();
+  CHECK(log.signals[b0] == std::vector<int32_t>{SIGTERM});
+  exit(b0, 0);
+  CHECK(names_of("host.blacklisted").empty());
+  CHECK(names_of("generation.begin").size() == 3);
+  interrupt();
+}
+
 // -- warm joins and hvd.init()'s rendezvous ------------------------------------------------
 
 namespace {
