@@ -327,6 +327,14 @@ struct fixture {
     return 0;
   }
 
+  // The node's colocator tells the job it drains (on) or is back (off), as `caf-hvd
+  // drain` makes it.
+  void drain(const std::string& node, bool on) {
+    caf::anon_send(log.colocators.at(node), drain_atom::value, on,
+                   std::string{"drained by the cluster's administrator 'root'"});
+    sched.run();
+  }
+
   void exit(uint32_t id, int32_t code) {
     caf::anon_send(job, exited_atom::value, rank_exit{id, "fake", code, 0, {}, {}});
     log.workers.erase(id);
@@ -653,11 +661,6 @@ TEST_CASE_FIXTURE(fixture, "elastic: a node that drains is left at the next comm
   start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
   discover("a:1:1\nb:2:1\nc:3:1\n");
   auto c0 = slot_on("c", 0);
-  auto drain = [&](const std::string& node, bool on) {
-    caf::anon_send(log.colocators.at(node), drain_atom::value, on,
-                   std::string{"drained by the cluster's administrator 'root'"});
-    sched.run();
-  };
   // a peer that names c but is not c's colocator changes nothing
   caf::anon_send(caf::actor_cast<caf::actor>(job), drain_atom::value, std::string{"c"}, true,
                  std::string{"forged"});
@@ -695,9 +698,7 @@ TEST_CASE_FIXTURE(fixture, "elastic: a drained node whose agent is lost before t
   start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000),
                 [](job_config& c) { c.elastic->reset_limit = 1; });
   discover("a:1:1\nb:2:1\nc:3:1\n");
-  caf::anon_send(log.colocators.at("c"), drain_atom::value, true,
-                 std::string{"drained by the cluster's administrator 'root'"});
-  sched.run();
+  drain("c", true);
   REQUIRE(names_of("generation.begin").size() == 2);
   caf::anon_send_exit(log.colocators.at("c"), caf::exit_reason::kill);
   sched.run();
@@ -727,9 +728,7 @@ TEST_CASE_FIXTURE(fixture, "elastic: a node that drains between the votes of a f
   auto b0 = slot_on("b", 0);
   discover("a:1:1\nb:2:1\nc:3:1\n");
   vote("a", 0);
-  caf::anon_send(log.colocators.at("b"), drain_atom::value, true,
-                 std::string{"drained by the cluster's administrator 'root'"});
-  sched.run();
+  drain("b", true);
   CHECK(names_of("generation.begin")
         == std::vector<std::string>{"generation.begin:1", "generation.begin:2",
                                     "generation.begin:3"});
