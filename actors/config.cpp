@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
+#include "actors/senders.hpp"
 #include "runtime/network/net.hpp"
 
 namespace cafhvd {
@@ -119,6 +121,34 @@ caf::actor spawn_guardian(caf::actor_system& sys) {
         [=](kill_atom) { self->quit(caf::exit_reason::user_shutdown); },
     };
   });
+}
+
+} // namespace cafhvd
+
+namespace cafhvd {
+
+void note_refused(caf::local_actor* self, const char* who, const std::string& what) {
+  ++refused_messages;
+  static std::mutex m;
+  static auto window = std::chrono::steady_clock::now();
+  static unsigned lines = 0;
+  std::lock_guard g{m};
+  auto now = std::chrono::steady_clock::now();
+  if (now - window > std::chrono::minutes(1)) {
+    window = now;
+    lines = 0;
+  }
+  if (++lines > 20)
+    return;
+  auto sender = self->current_sender();
+  std::string from = sender ? caf::to_string(sender->address()) : std::string{"no sender"};
+  std::fprintf(stderr, "caf-hvd: %s refused %s from %s (not its sender's to give)\n", who,
+               what.c_str(), from.c_str());
+}
+
+caf::error refused_error(const std::string& what) {
+  return caf::make_error(caf::sec::runtime_error,
+                         what + ": refused, the sender has no right to it");
 }
 
 } // namespace cafhvd

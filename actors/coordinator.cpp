@@ -181,10 +181,12 @@ private:
     if (cfg_.torch_store != torch_store_mode::off) {
       try {
         auto job = job_;
+        auto me = caf::actor_cast<coordinator_full_actor>(this);
         store_ = std::make_unique<torch_store_server>(
             bind, uint16_t{0},
-            [job](const std::string& problem) {
-              caf::anon_send(job, tstore_atom::value, "on the driver: " + problem);
+            [job, me](const std::string& problem) {
+              // as the coordinator: the job takes store problems only from it
+              caf::send_as(me, job, tstore_atom::value, "on the driver: " + problem);
             },
             torch_store_limits{}, allowlist_, warn);
       } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include "actors/protocol.hpp"
+#include "actors/senders.hpp"
 #include "runtime/launch/process.hpp"
 
 namespace cafhvd {
@@ -42,7 +43,7 @@ public:
     auto rp = self->template make_response_promise<caf::ok_atom>();
     pending_.emplace(id, rp);
     auto hdl = caf::actor_cast<caf::actor>(self);
-    after_output([hdl, id] { caf::anon_send(hdl, output_atom::value, id); });
+    after_output([hdl, id] { post_from(hdl, output_atom::value, id); });
     return rp;
   }
   void written(uint64_t id) {

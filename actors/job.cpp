@@ -2,6 +2,7 @@
 // (failure, interrupt, teardown with its grace periods, the exit code). The rest of the
 // job lives in actors/job_*.cpp by concern; the class is in actors/job_actor.hpp.
 #include "actors/job_actor.hpp"
+#include "actors/senders.hpp"
 
 namespace cafhvd::driver_impl {
 
@@ -48,15 +49,34 @@ job::behavior_type job::make_behavior() {
     begin();
   return {
       [this](output_atom, output_batch& b) -> caf::result<caf::ok_atom> {
+        if (!from_worker(b.rank, "output"))
+          return refused_error("output");
         print_output(b);
         return output_acks_.after_write(this);
       },
-      [this](output_atom, uint64_t id) { output_acks_.written(id); },
-      [this](exited_atom, rank_exit& ex) { on_exit(ex); },
-      [this](interrupt_atom, int32_t sig) { on_interrupt(sig); },
-      [this](deadline_atom, uint32_t which) { on_deadline(which); },
-      [this](tstore_atom, std::string& problem) { on_store_problem(problem); },
+      [this](output_atom, uint64_t id) {
+        if (from_itself("an output acknowledgement"))
+          output_acks_.written(id);
+      },
+      [this](exited_atom, rank_exit& ex) {
+        if (from_worker(ex.rank, "an exit report"))
+          on_exit(ex);
+      },
+      [this](interrupt_atom, int32_t sig) {
+        if (from_itself("an interrupt"))
+          on_interrupt(sig);
+      },
+      [this](deadline_atom, uint32_t which) {
+        if (from_itself("a deadline"))
+          on_deadline(which);
+      },
+      [this](tstore_atom, std::string& problem) {
+        if (from_coordinator("a torch store problem"))
+          on_store_problem(problem);
+      },
       [this](discover_atom) {
+        if (!from_itself("a discovery timer"))
+          return;
         if (discovering_) {
           timer_missed_ = true;
           return;
@@ -75,52 +95,99 @@ job::behavior_type job::make_behavior() {
         timer_run_ = false;
         run_discovery();
       },
-      [this](discover_atom, bool ok, std::string& text) { on_discovered(ok, text); },
+      [this](discover_atom, bool ok, std::string& text) {
+        if (from_itself("a discovery result"))
+          on_discovered(ok, text);
+      },
       [this](notified_atom, uint64_t g, std::string& slot, std::string& problem) {
-        on_notified(g, slot, problem);
+        if (from_coordinator("a notification result"))
+          on_notified(g, slot, problem);
       },
       [this](reached_atom, uint64_t g, std::string& key, bool cross, bool connected) {
-        on_reached(g, key, cross, connected);
+        if (from_coordinator("a rendezvous progress"))
+          on_reached(g, key, cross, connected);
       },
-      [this](parked_atom, uint64_t g, std::string& key) { on_parked(g, key); },
-      [this](complete_atom, uint64_t g) { on_complete(g); },
-      [this](rejoin_atom, std::string& key) { on_rejoin_request(key); },
+      [this](parked_atom, uint64_t g, std::string& key) {
+        if (from_coordinator("a parked newcomer"))
+          on_parked(g, key);
+      },
+      [this](complete_atom, uint64_t g) {
+        if (from_coordinator("a complete barrier"))
+          on_complete(g);
+      },
+      [this](rejoin_atom, std::string& key) {
+        if (from_coordinator("a rejoin request"))
+          on_rejoin_request(key);
+      },
       [this](late_atom, uint64_t g, std::vector<std::string>& fresh,
-             std::vector<std::string>& carrying) { on_late(g, fresh, carrying); },
-      [this](event_atom, std::string& name, std::string& context) {
-        events_.emit(name.c_str(), nlohmann::json::parse(context, nullptr, false));
+             std::vector<std::string>& carrying) {
+        if (from_coordinator("late slots"))
+          on_late(g, fresh, carrying);
       },
-      [this](caf::get_atom) { return coord_; },
-      [this](rejoin_atom, uint64_t gen) { on_rejoin(gen); },
+      [this](event_atom, std::string& name, std::string& context) {
+        if (from_coordinator("an event"))
+          events_.emit(name.c_str(), nlohmann::json::parse(context, nullptr, false));
+      },
+      [this](caf::get_atom) -> caf::result<coordinator_full_actor> {
+        // for this process's own tools and tests
+        auto sender = current_sender();
+        if (!sender || sender->node() != node())
+          return refused_error("the coordinator");
+        return coord_;
+      },
+      [this](rejoin_atom, uint64_t gen) {
+        if (from_itself("a rejoin timer"))
+          on_rejoin(gen);
+      },
       [this](result_atom, uint32_t slot, uint64_t id, std::string& payload) {
-        on_result(slot, id, std::move(payload));
+        if (from_worker(slot, "a result"))
+          on_result(slot, id, std::move(payload));
       },
       [this](log_atom, uint32_t slot, std::string& payload) -> caf::result<caf::ok_atom> {
+        if (!from_worker(slot, "a log record"))
+          return refused_error("log record");
         return on_log(slot, std::move(payload));
       },
       [this](log_atom, uint64_t id) {
+        if (!from_itself("a log acknowledgement"))
+          return;
         if (auto it = log_acks_.find(id); it != log_acks_.end()) {
           it->second.deliver(caf::ok_atom::value);
           log_acks_.erase(it);
         }
       },
-      [this](drain_atom, std::string& node, bool on, std::string& how) { on_drain(node, on, how); },
+      [this](drain_atom, std::string& node, bool on, std::string& how) {
+        if (from_colocator_of(node, "a drain notice"))
+          on_drain(node, on, how);
+      },
       [this](chanfail_atom, uint32_t slot, std::string& what) {
+        if (!from_worker(slot, "a channel failure"))
+          return;
         if (auto* s = slot_by_id(slot)) {
           s->channel_problem = what;
           log("rank {} ({}) broke its executor channel: {}", s->rank, s->key, what);
         }
       },
       [this](control_atom, uint8_t kind, uint64_t id, uint32_t rank, uint32_t deadline,
-             std::string& payload) { on_control(kind, id, rank, deadline, std::move(payload)); },
-      [this](chanend_atom, std::string& problem) { on_owner_gone(problem); },
+             std::string& payload) {
+        if (from_itself("an owner's frame"))
+          on_control(kind, id, rank, deadline, std::move(payload));
+      },
+      [this](chanend_atom, std::string& problem) {
+        if (from_itself("an owner's channel end"))
+          on_owner_gone(problem);
+      },
       [this](probed_atom, std::string& ep, std::string& address, std::string& problem) {
+        if (!from_itself("a reachability result"))
+          return;
         if (auto it = hosts_.find(ep); it != hosts_.end() && !address.empty())
           it->second.address = address;
         on_reachable(ep, problem);
       },
       // A stop escalates: SIGTERM, then SIGKILL after the grace period.
       [this](retire_atom, uint32_t id, int32_t sig) {
+        if (!from_itself("a retire timer"))
+          return;
         auto* s = slot_by_id(id);
         if (!s || !s->running || !s->retired || !s->worker)
           return;
@@ -147,6 +214,36 @@ long job::elapsed_ms() const {
 
 std::string job::describe(const caf::error& e) {
   return system().render(e);
+}
+
+bool job::from_worker(uint32_t slot, const char* what) {
+  auto* s = slot_by_id(slot);
+  if (s && sent_by(this, s->worker))
+    return true;
+  note_refused(this, "the job", fmt::format("{} for slot {}", what, slot));
+  return false;
+}
+
+bool job::from_coordinator(const char* what) {
+  if (sent_by(this, coord_))
+    return true;
+  note_refused(this, "the job", what);
+  return false;
+}
+
+bool job::from_itself(const char* what) {
+  if (sent_by_itself(this))
+    return true;
+  note_refused(this, "the job", what);
+  return false;
+}
+
+bool job::from_colocator_of(const std::string& node, const char* what) {
+  for (auto& [ep, h] : hosts_)
+    if (h.info.name == node && sent_by(this, h.colocator))
+      return true;
+  note_refused(this, "the job", what);
+  return false;
 }
 
 eslot* job::slot_by_id(uint32_t id) {

@@ -183,6 +183,12 @@ private:
   long elapsed_ms() const;
   std::string describe(const caf::error& e);
   eslot* slot_by_id(uint32_t id);
+  // Who may send what (actors/senders.hpp): a slot's messages come only from its worker,
+  // the coordinator's from the coordinator, a thread's or timer's from this actor.
+  bool from_worker(uint32_t slot, const char* what);
+  bool from_coordinator(const char* what);
+  bool from_itself(const char* what);
+  bool from_colocator_of(const std::string& node, const char* what);
   eslot* current(const std::string& key);
   bool is_current(const eslot& s) const;
   ehost* host_by_name(const std::string& name);

@@ -1,6 +1,7 @@
 // The job actor's executor relay: the owner's channel (start, calls, shutdown), calls
 // relayed to the ranks' workers, their results and logs back, the rank table and the end.
 #include "actors/job_actor.hpp"
+#include "actors/senders.hpp"
 #include "runtime/observe/text.hpp"
 
 #include <map>
@@ -21,10 +22,10 @@ void job::open_control() {
   control_ = std::make_unique<frame_channel>(
       job_.executor_fd, job_.max_frame,
       [hdl](frame&& f) {
-        caf::anon_send(hdl, control_atom::value, static_cast<uint8_t>(f.kind), f.id, f.rank,
+        post_from(hdl, control_atom::value, static_cast<uint8_t>(f.kind), f.id, f.rank,
                        f.deadline_ms, std::move(f.payload));
       },
-      [hdl](const std::string& problem) { caf::anon_send(hdl, chanend_atom::value, problem); });
+      [hdl](const std::string& problem) { post_from(hdl, chanend_atom::value, problem); });
   delayed_send(this, job_.start_timeout, deadline_atom::value, uint32_t{dl_owner});
 }
 
@@ -142,7 +143,7 @@ caf::result<caf::ok_atom> job::on_log(uint32_t slot, std::string payload) {
   auto hdl = caf::actor_cast<driver_full_actor>(this);
   // acknowledged once written to the owner: a rank cannot log faster than it reads
   to_owner(frame_kind::log, 0, static_cast<uint32_t>(s->rank), std::move(payload),
-           [hdl, id] { caf::anon_send(hdl, log_atom::value, id); });
+           [hdl, id] { post_from(hdl, log_atom::value, id); });
   return rp;
 }
 

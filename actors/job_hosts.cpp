@@ -2,6 +2,7 @@
 // checks, connects (a window of TLS handshakes), colocators and node info, readiness,
 // unusable and lost hosts, the blacklist, and starting the coordinator's servers.
 #include "actors/job_actor.hpp"
+#include "actors/senders.hpp"
 #include "runtime/network/net.hpp"
 #include "runtime/observe/text.hpp"
 
@@ -79,7 +80,7 @@ void job::run_discovery() {
   auto hdl = caf::actor_cast<job_actor>(this);
   std::thread{[hdl, shim = ec_.shim, path = ec_.discovery_script, timeout = ec_.discovery_timeout] {
     auto r = run_discovery_script(shim, path, timeout);
-    caf::anon_send(hdl, discover_atom::value, r.ok, r.ok ? r.output : r.error);
+    post_from(hdl, discover_atom::value, r.ok, r.ok ? r.output : r.error);
   }}.detach();
 }
 
@@ -223,12 +224,12 @@ void job::connect_host(const std::string& ep) {
     std::string error;
     auto addr = resolve_ipv4(host, &error);
     if (!addr) {
-      caf::anon_send(hdl, probed_atom::value, ep, std::string{},
+      post_from(hdl, probed_atom::value, ep, std::string{},
                      fmt::format("cannot resolve '{}': {}", host, error));
       return;
     }
     auto r = check_tcp_reachable({{*addr, port}}, std::chrono::milliseconds(3000));
-    caf::anon_send(hdl, probed_atom::value, ep, *addr,
+    post_from(hdl, probed_atom::value, ep, *addr,
                    r.empty() || r.front().empty()
                        ? std::string{}
                        : fmt::format("cannot reach it: {}{}", r.front(),

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "actors/config.hpp"
+#include "actors/senders.hpp"
 #include "runtime/network/net.hpp"
 #include "runtime/network/nic.hpp"
 #include "runtime/observe/text.hpp"
@@ -89,6 +90,26 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
     caf::anon_send(node.guardian, enlist_atom::value, caf::actor_cast<caf::actor>(self));
   }
   self->monitor(driver);
+  // The colocator obeys the driver its ticket names, its agent (the guardian) and its own
+  // threads and timers; anything else is refused and counted (actors/senders.hpp).
+  auto from_driver = [=](const char* what) {
+    if (sent_by(self, self->state.driver))
+      return true;
+    note_refused(self, "a colocator", what);
+    return false;
+  };
+  auto from_agent = [=](const char* what) {
+    if (sent_by(self, settings_of(self->system()).guardian))
+      return true;
+    note_refused(self, "a colocator", what);
+    return false;
+  };
+  auto from_itself = [=](const char* what) {
+    if (sent_by_itself(self))
+      return true;
+    note_refused(self, "a colocator", what);
+    return false;
+  };
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     if (dm.source == st.driver) {
@@ -125,6 +146,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
   });
   return {
       [=](node_atom) -> caf::result<node_info> {
+        if (!from_driver("a node info request"))
+          return refused_error("node info");
         if (!self->state.refused.empty()) {
           auto why = self->state.refused;
           self->quit(caf::exit_reason::user_shutdown);
@@ -156,6 +179,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
       // back with probed_atom.
       [=](probe_atom, std::vector<probe_target>& targets,
           std::vector<std::string>& wanted) -> caf::result<std::vector<probe_result>> {
+        if (!from_driver("a NIC probe request"))
+          return refused_error("NIC probe");
         if (!self->state.refused.empty())
           return caf::make_error(caf::sec::runtime_error, self->state.refused);
         auto& n = settings_of(self->system());
@@ -170,22 +195,28 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         self->state.probes.emplace(id, rp);
         auto hdl = caf::actor_cast<colocator_actor>(self);
         std::thread{[hdl, id, local = std::move(local), targets = std::move(targets)] {
-          caf::anon_send(hdl, probed_atom::value, id,
+          post_from(hdl, probed_atom::value, id,
                          probe_peers(local, targets, std::chrono::milliseconds(2000)));
         }}.detach();
         return rp;
       },
       [=](probed_atom, uint64_t id, std::vector<probe_result>& results) {
+        if (!from_itself("a probe report"))
+          return;
         auto it = self->state.probes.find(id);
         if (it == self->state.probes.end())
           return;
         it->second.deliver(std::move(results));
         self->state.probes.erase(it);
       },
-      [=](port_atom) -> int32_t {
+      [=](port_atom) -> caf::result<int32_t> {
+        if (!from_driver("a free port request"))
+          return refused_error("free port");
         return self->state.refused.empty() ? find_free_port() : 0;
       },
-      [=](gpu_atom, uint32_t count) -> gpu_lease {
+      [=](gpu_atom, uint32_t count) -> caf::result<gpu_lease> {
+        if (!from_driver("a device request"))
+          return refused_error("devices");
         auto& n = settings_of(self->system());
         gpu_lease lease;
         if (!self->state.refused.empty()) {
@@ -201,6 +232,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         return lease;
       },
       [=](workers_atom, std::vector<uint32_t>& slots) -> caf::result<std::vector<worker_actor>> {
+        if (!from_driver("a workers request"))
+          return refused_error("workers");
         auto& st = self->state;
         std::vector<worker_actor> out;
         if (!st.refused.empty())
@@ -239,6 +272,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         return out;
       },
       [=](launch_atom, launch_batch& batch) -> caf::result<std::vector<int32_t>> {
+        if (!from_driver("a launch batch"))
+          return refused_error("launch");
         auto& st = self->state;
         if (!st.refused.empty())
           return caf::make_error(caf::sec::runtime_error, st.refused);
@@ -293,6 +328,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
       // whole group is searched; the shim itself holds only pipes.
       [=](abort_atom, std::vector<uint32_t>& slots, std::vector<std::string>& gloo_text,
           std::vector<std::string>& keep_text) -> caf::result<gloo_abort_report> {
+        if (!from_driver("a Gloo abort"))
+          return refused_error("Gloo abort");
         auto& st = self->state;
         std::vector<pid_t> groups;
         for (auto slot : slots)
@@ -314,22 +351,31 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         std::thread{[hdl, id, groups = std::move(groups), gloo = std::move(gloo),
                      keep = std::move(keep)] {
           auto r = abort_gloo_connections(groups, gloo, keep);
-          caf::anon_send(hdl, aborted_atom::value, id,
+          post_from(hdl, aborted_atom::value, id,
                          gloo_abort_report{static_cast<uint32_t>(groups.size()), r.cut,
                                            std::move(r.problems), r.refused});
         }}.detach();
         return rp;
       },
       [=](aborted_atom, uint64_t id, gloo_abort_report& report) {
+        if (!from_itself("an abort report"))
+          return;
         auto it = self->state.aborts.find(id);
         if (it == self->state.aborts.end())
           return;
         it->second.deliver(std::move(report));
         self->state.aborts.erase(it);
       },
-      [=](enlist_atom, worker_actor w) { enlist(self, std::move(w)); },
+      [=](enlist_atom, worker_actor w) {
+        // a worker of this node enlists itself
+        if (!sent_by(self, w) || w->node() != self->node())
+          return note_refused(self, "a colocator", "an enlist");
+        enlist(self, std::move(w));
+      },
       [=](call_atom, uint64_t id, uint32_t deadline_ms, std::string& payload,
           std::vector<uint32_t>& slots) {
+        if (!from_driver("an executor call"))
+          return;
         auto& st = self->state;
         for (size_t i = 0; i < slots.size(); ++i) {
           auto it = st.by_slot.find(slots[i]);
@@ -340,6 +386,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         }
       },
       [=](terminate_atom, int32_t grace) {
+        if (!from_driver("a terminate"))
+          return;
         for (auto& w : self->state.workers)
           self->send(w, terminate_atom::value, int32_t{SIGTERM});
         self->delayed_send(self, std::chrono::milliseconds(grace), kill_atom::value);
@@ -347,6 +395,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
       // The agent shuts down: its ranks stop as the driver would stop them, and their
       // exits say who stopped them.
       [=](stop_atom, const std::string& why) {
+        if (!from_agent("a stop"))
+          return;
         auto& st = self->state;
         st.stopping = true;
         if (st.workers.empty())
@@ -356,11 +406,15 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
       [=](drain_atom, bool on, std::string& how) {
+        if (!from_agent("a drain notice"))
+          return;
         if (self->state.refused.empty())
           self->send(self->state.driver, drain_atom::value, settings_of(self->system()).name, on,
                      std::move(how));
       },
       [=](kill_atom) {
+        if (!from_itself("a kill"))
+          return;
         if (!self->state.refused.empty())
           return self->quit(caf::exit_reason::user_shutdown);
         for (auto& w : self->state.workers)
@@ -406,17 +460,17 @@ void open_channel(worker_ptr self, int fd, uint64_t max_frame) {
                     : fmt::format("answered call {} while call {} was the oldest outstanding", f.id,
                                   book->calls.front());
             g.unlock();
-            caf::anon_send(hdl, chanend_atom::value, problem);
+            post_from(hdl, chanend_atom::value, problem);
             return;
           }
           book->calls.pop_front();
           if (book->via_worker == 0) {
             g.unlock();
-            caf::anon_send(driver, result_atom::value, slot, f.id, std::move(f.payload));
+            caf::send_as(hdl, driver, result_atom::value, slot, f.id, std::move(f.payload));
           } else {
             ++book->via_worker;
             g.unlock();
-            caf::anon_send(hdl, result_atom::value, f.id, std::move(f.payload));
+            post_from(hdl, result_atom::value, f.id, std::move(f.payload));
           }
           return;
         }
@@ -426,20 +480,20 @@ void open_channel(worker_ptr self, int fd, uint64_t max_frame) {
               std::lock_guard g{book->m};
               ++book->via_worker;
             }
-            caf::anon_send(hdl, log_atom::value, std::move(f.payload));
+            post_from(hdl, log_atom::value, std::move(f.payload));
           }
           return;
         default: {
           std::unique_lock g{book->m};
           book->closed = true; // nothing after it goes on
           g.unlock();
-          caf::anon_send(hdl, chanend_atom::value,
+          post_from(hdl, chanend_atom::value,
                          fmt::format("sent a {} frame (a rank may send only result and log)",
                                      frame_kind_name(static_cast<uint8_t>(f.kind))));
         }
         }
       },
-      [hdl](const std::string& problem) { caf::anon_send(hdl, chanend_atom::value, problem); });
+      [hdl](const std::string& problem) { post_from(hdl, chanend_atom::value, problem); });
 }
 
 // A frame the reader handed to the worker has gone on to the job.
@@ -504,6 +558,20 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
   // A colocator that dies abnormally (node shutdown) takes its workers along.
   self->link_to(colocator);
   self->send(colocator, enlist_atom::value, caf::actor_cast<worker_actor>(self));
+  // A worker obeys its colocator and its job's driver, and takes its process's output,
+  // exit and frames only from its own threads (actors/senders.hpp).
+  auto from = [=](const char* what, bool colocator_may, bool driver_may) {
+    if ((colocator_may && sent_by(self, colocator)) || (driver_may && sent_by(self, driver)))
+      return true;
+    note_refused(self, "a worker", what);
+    return false;
+  };
+  auto from_itself = [=](const char* what) {
+    if (sent_by_itself(self))
+      return true;
+    note_refused(self, "a worker", what);
+    return false;
+  };
   auto report_exit = [=](const exit_status& st) {
     rank_exit ex{self->state.rank, settings_of(self->system()).name,
                  st.code,          st.signal,
@@ -512,7 +580,9 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
     self->quit();
   };
   return {
-      [=](launch_atom, launch_spec& spec) -> int32_t {
+      [=](launch_atom, launch_spec& spec) -> caf::result<int32_t> {
+        if (!from("a launch", true, false))
+          return refused_error("launch");
         auto& st = self->state;
         process_spec ps{settings_of(self->system()).shim, std::move(spec.argv), std::move(spec.env),
                         std::move(spec.cwd)};
@@ -547,11 +617,11 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
               ps,
               [hdl, window, r](stream_kind k, std::vector<std::string>&& lines) {
                 if (window->acquire())
-                  caf::anon_send(hdl, output_atom::value,
+                  post_from(hdl, output_atom::value,
                                  output_batch{r, static_cast<int32_t>(k), std::move(lines)});
               },
               [hdl, r](const exit_status& es) {
-                caf::anon_send(hdl, exited_atom::value,
+                post_from(hdl, exited_atom::value,
                                rank_exit{r, {}, es.code, es.signal, es.exec_error, {}});
               });
         } catch (const std::exception& e) {
@@ -572,6 +642,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         return st.child->pid();
       },
       [=](call_atom, uint64_t id, uint32_t deadline_ms, std::string& payload) {
+        if (!from("an executor call", true, false))
+          return;
         auto& st = self->state;
         if (!st.channel || st.channel_broken)
           return; // the job learns why from chanfail or the exit report
@@ -580,10 +652,14 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
           self->delayed_send(self, std::chrono::seconds(2), deadline_atom::value, eof_check);
       },
       [=](close_atom) {
+        if (!from("a channel close", true, true))
+          return;
         if (self->state.channel)
           self->state.channel->close_after_writes();
       },
       [=](result_atom, uint64_t id, std::string& payload) {
+        if (!from_itself("a result"))
+          return;
         // an answer the reader checked, behind the rank's earlier frames
         auto& st = self->state;
         if (!st.channel_broken)
@@ -591,6 +667,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         sent_on(self);
       },
       [=](log_atom, std::string& payload) {
+        if (!from_itself("a log record"))
+          return;
         auto window = self->state.log_window;
         self->request(self->state.driver, std::chrono::seconds(60), log_atom::value,
                       self->state.rank, std::move(payload))
@@ -599,6 +677,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         sent_on(self);
       },
       [=](chanend_atom, const std::string& problem) {
+        if (!from_itself("a channel end"))
+          return;
         auto& st = self->state;
         if (st.channel_broken)
           return;
@@ -619,6 +699,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
           self->delayed_send(self, std::chrono::seconds(2), deadline_atom::value, eof_check);
       },
       [=](deadline_atom, uint64_t id) {
+        if (!from_itself("a deadline"))
+          return;
         auto& st = self->state;
         if (id == exit_check) { // a descendant keeps its channel open: the exit goes on
           if (st.held_exit)
@@ -636,12 +718,19 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         if (st.book->outstanding(id))
           channel_broke(self, fmt::format("did not answer call {} within its deadline", id));
       },
-      [=](terminate_atom, int32_t sig) { signal_rank(self, sig); },
+      [=](terminate_atom, int32_t sig) {
+        if (from("a signal", true, true))
+          signal_rank(self, sig);
+      },
       [=](stop_atom, const std::string& why) {
+        if (!from("a stop", true, false))
+          return;
         self->state.stopped_by = why;
         signal_rank(self, SIGTERM);
       },
       [=](output_atom, output_batch& batch) {
+        if (!from_itself("output"))
+          return;
         auto window = self->state.window;
         self->request(self->state.driver, std::chrono::seconds(60), output_atom::value,
                       std::move(batch))
@@ -649,6 +738,8 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
                   [window](caf::error&) { window->release(); });
       },
       [=](exited_atom, rank_exit& ex) {
+        if (!from_itself("an exit report"))
+          return;
         auto& st = self->state;
         exit_status es{ex.code, ex.signal, ex.exec_error};
         // The exit is seen on another thread than the channel's frames: a frame the

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "actors/driver_util.hpp"
+#include "actors/senders.hpp"
 #include "apps/job_options.hpp"
 #include "runtime/observe/dashboard.hpp"
 #include "runtime/network/net.hpp"
@@ -249,7 +250,7 @@ int start_job(job_request r) {
         continue;
       if (sig == SIGUSR2)
         return;
-      caf::anon_send(driver, interrupt_atom::value, static_cast<int32_t>(sig));
+      post_from(driver, interrupt_atom::value, static_cast<int32_t>(sig));
     }
   }};
   {

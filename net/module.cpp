@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <set>
 
 #include <fmt/format.h>
@@ -18,6 +19,7 @@
 
 #include "net/credentials.hpp"
 #include "net/tls_context.hpp"
+#include "net/wire_guard.hpp"
 #include "runtime/network/net.hpp"
 
 namespace cafhvd::net {
@@ -48,13 +50,30 @@ void enable_network(caf::actor_system_config& cfg, std::chrono::milliseconds hea
   }
 }
 
+// The wire guard needs this process's node id as CAF writes it, and the atoms it checks.
+void guard_this_node(caf::actor_system& sys) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    auto node = sys.node();
+    if (auto err = sink(node))
+      throw std::runtime_error("cannot serialize this node's id for the wire guard");
+    wire::set_this_node(std::string(buf.begin(), buf.end()),
+                        static_cast<uint64_t>(caf::atom("SpawnServ")),
+                        caf::link_atom::uint_value(), caf::unlink_atom::uint_value());
+  });
+}
+
 caf::actor connector(caf::actor_system& sys, bool tls) {
+  guard_this_node(sys);
   return caf::actor_cast<caf::actor>(tls ? sys.openssl_manager().actor_handle()
                                          : sys.middleman().actor_handle());
 }
 
 caf::expected<uint16_t> open(caf::actor_system& sys, uint16_t port, const std::string& bind,
                              bool tls, const caf::actor& published) {
+  guard_this_node(sys);
   if (!tls && !published)
     return sys.middleman().open(port, bind.empty() ? nullptr : bind.c_str(), true);
   if (!tls)
@@ -108,6 +127,15 @@ bool digests_equal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+std::string certificate_of(const caf::node_id& node) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  auto copy = node;
+  if (sink(copy))
+    return {};
+  return wire::certificate_of(std::string(buf.begin(), buf.end()));
+}
+
 const api table = [] {
   api t;
   t.enable_network = &enable_network;
@@ -124,6 +152,10 @@ const api table = [] {
   t.join_problem = &join_problem;
   t.hmac_sha256 = &hmac_sha256;
   t.digests_equal = &digests_equal;
+  t.set_wire_cap = &wire::set_payload_cap;
+  t.wire_cap = &wire::payload_cap;
+  t.certificate_of = &certificate_of;
+  t.wire_refusals = &wire::refusals;
   return t;
 }();
 

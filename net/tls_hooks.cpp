@@ -40,6 +40,7 @@
 #include <openssl/ssl.h>
 
 #include "net/tls_context.hpp"
+#include "net/wire_guard.hpp"
 
 namespace {
 
@@ -276,6 +277,7 @@ extern "C" void SSL_free(SSL* ssl) {
   if (ssl) {
     handshake_settled(ssl);
     forget_client_peer(ssl);
+    cafhvd::wire::forget(ssl);
     std::lock_guard guard{pending_mtx};
     pending.erase(ssl);
   }
@@ -305,9 +307,19 @@ extern "C" int SSL_read(SSL* ssl, void* buf, int num) {
   using fn = int (*)(SSL*, void*, int);
   static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_read"));
   ERR_clear_error();
+  // The wire guard (net/wire_guard.hpp) sees every byte before CAF does; a connection
+  // that broke its rules reads nothing more, and CAF closes it on the failed read.
+  if (cafhvd::wire::refused(ssl))
+    return -1;
   int rc = real(ssl, buf, num);
-  if (rc <= 0)
+  if (rc <= 0) {
     note_client_failure(ssl, rc);
+    return rc;
+  }
+  if (!cafhvd::wire::inbound(ssl, buf, rc).empty()) {
+    shutdown(SSL_get_fd(ssl), SHUT_RDWR);
+    return -1;
+  }
   return rc;
 }
 

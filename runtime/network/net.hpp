@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,7 +26,7 @@
 namespace cafhvd::net {
 
 /// Changes whenever the table below changes: a module from another build is refused.
-inline constexpr uint32_t abi_version = 2;
+inline constexpr uint32_t abi_version = 3;
 
 struct api {
   uint32_t abi = abi_version;
@@ -69,6 +70,17 @@ struct api {
   std::string (*hmac_sha256)(std::string_view key, std::string_view body);
   /// Whether two digests of equal length are equal, in constant time.
   bool (*digests_equal)(std::string_view a, std::string_view b);
+
+  // --- the wire guard (runtime/network/basp_guard.hpp, net/wire_guard.hpp)
+  /// The largest message payload a peer may send (bytes; never below the default:
+  /// an executor frame of the default limit and its call).
+  void (*set_wire_cap)(uint64_t bytes);
+  uint64_t (*wire_cap)();
+  /// The certificate a peer's node id is bound to in this process ("'CN' (sha256 HEX)"),
+  /// or empty when no connection claimed it.
+  std::string (*certificate_of)(const caf::node_id& node);
+  /// Connections closed for breaking the wire's rules, per certificate ("'CN' (role)").
+  std::map<std::string, uint64_t> (*wire_refusals)();
 };
 
 /// The module's table, loading the module on the first call (thread-safe). Looks next to

@@ -34,6 +34,7 @@ struct fixture {
 struct worker_log {
   std::vector<int32_t> signals;
   std::vector<std::string> stops;
+  int calls = 0;
 };
 
 worker_actor::behavior_type fake_worker(worker_actor::pointer self,
@@ -51,7 +52,7 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self,
       },
       [](output_atom, output_batch&) {},
       [](exited_atom, rank_exit&) {},
-      [](call_atom, uint64_t, uint32_t, std::string&) {},
+      [=](call_atom, uint64_t, uint32_t, std::string&) { ++log->calls; },
       [](close_atom) {},
       [](result_atom, uint64_t, std::string&) {},
       [](log_atom, std::string&) {},
@@ -75,12 +76,15 @@ driver_actor::behavior_type fake_driver() {
 TEST_CASE_FIXTURE(fixture,
                   "an agent's stop escalates: SIGTERM with the reason, SIGKILL after grace") {
   auto driver = sys.spawn(fake_driver);
+  cfg.node->guardian = spawn_guardian(sys);
   auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{5000}, signed_ticket{});
   auto log = std::make_shared<worker_log>();
   auto worker = sys.spawn(fake_worker, log);
-  caf::anon_send(colocator, enlist_atom::value, worker);
+  caf::send_as(worker, colocator, enlist_atom::value, worker);
   sched.run();
-  caf::anon_send(colocator, stop_atom::value, std::string{"node agent 'a' received Terminated"});
+  // the agent's stop comes from its guardian
+  caf::send_as(cfg.node->guardian, colocator, stop_atom::value,
+               std::string{"node agent 'a' received Terminated"});
   sched.run();
   CHECK(log->stops == std::vector<std::string>{"node agent 'a' received Terminated"});
   CHECK(log->signals == std::vector<int32_t>{15}); // no SIGKILL before the grace period
@@ -96,6 +100,7 @@ TEST_CASE_FIXTURE(fixture,
                 caf::after(std::chrono::seconds(0)) >> [] {});
   CHECK(colocator_down);
   caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+  caf::anon_send(cfg.node->guardian, shutdown_atom::value);
   sched.run();
 }
 
@@ -103,7 +108,8 @@ TEST_CASE_FIXTURE(fixture, "a driver's teardown escalates too, and a lost driver
   auto driver = sys.spawn(fake_driver);
   auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{2000}, signed_ticket{});
   auto log = std::make_shared<worker_log>();
-  caf::anon_send(colocator, enlist_atom::value, sys.spawn(fake_worker, log));
+  auto worker = sys.spawn(fake_worker, log);
+  caf::send_as(worker, colocator, enlist_atom::value, worker);
   sched.run();
   caf::anon_send_exit(driver, caf::exit_reason::remote_link_unreachable);
   sched.run();
@@ -116,11 +122,13 @@ TEST_CASE_FIXTURE(fixture, "a driver's teardown escalates too, and a lost driver
 TEST_CASE_FIXTURE(fixture,
                   "the guardian stops every enlisted colocator and quits when they are gone") {
   auto guardian = spawn_guardian(sys);
+  cfg.node->guardian = guardian;
   auto driver = sys.spawn(fake_driver);
   auto log = std::make_shared<worker_log>();
   auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"}, int32_t{1000}, signed_ticket{});
-  caf::anon_send(guardian, enlist_atom::value, caf::actor_cast<caf::actor>(colocator));
-  caf::anon_send(colocator, enlist_atom::value, sys.spawn(fake_worker, log));
+  // (the colocator enlists itself with its agent's guardian)
+  auto worker = sys.spawn(fake_worker, log);
+  caf::send_as(worker, colocator, enlist_atom::value, worker);
   sched.run();
   caf::scoped_actor self{sys};
   self->monitor(guardian);
@@ -172,9 +180,9 @@ TEST_CASE("--link-timeout sets CAF's connection timeout and a heartbeat well ins
 
 namespace {
 
-// What a colocator answers to its first request (node_atom): its node, or the error.
-std::string node_answer(fixture& f, colocator_actor c) {
-  caf::scoped_actor self{f.sys};
+// What a colocator answers to its first request (node_atom) from `self` (its driver): its
+// node, or the error.
+std::string node_answer(fixture& f, caf::scoped_actor& self, colocator_actor c) {
   self->send(c, node_atom::value);
   f.sched.run();
   std::string out = "no answer";
@@ -199,31 +207,31 @@ TEST_CASE_FIXTURE(fixture, "an agent with credentials runs nothing for a spawn w
   auto alice = net.load_cluster(alice_dir, cert_role::driver);
   auto me = to_string(sys.node());
   auto now = static_cast<long>(::time(nullptr));
-  auto driver = sys.spawn(fake_driver);
+  caf::scoped_actor self{sys};
+  auto driver = caf::actor_cast<driver_actor>(self);
   auto spawn = [&](const std::string& job, signed_ticket t) {
     return sys.spawn(colocator_fn, driver, coordinator_actor{}, job, int32_t{1000}, std::move(t));
   };
   // CAF lets any connected peer spawn: one without a ticket, a joining agent's node key,
   // a driver's ticket for another agent or another job
-  auto none = node_answer(*this, spawn("job-1", signed_ticket{}));
+  auto none = node_answer(*this, self, spawn("job-1", signed_ticket{}));
   CHECK(none.find("node agent 'ha' refused to run job job-1 for this peer") != std::string::npos);
   CHECK(none.find("the ticket carries no certificate") != std::string::npos);
   auto by_node = node_answer(
-      *this, spawn("job-1", net.sign_ticket(net.load_cluster(joiner_dir, cert_role::node),
+      *this, self, spawn("job-1", net.sign_ticket(net.load_cluster(joiner_dir, cert_role::node),
                                             ticket_body("colocator", me, "job-1", now))));
   CHECK(by_node.find("its certificate 'h2' is a node certificate, not a driver one")
         != std::string::npos);
   auto elsewhere = node_answer(
-      *this, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", "other#1", "job-1", now))));
+      *this, self, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", "other#1", "job-1", now))));
   CHECK(elsewhere.find("not for colocator at") != std::string::npos);
   auto other_job =
-      node_answer(*this, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", me,
+      node_answer(*this, self, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", me,
                                                                            "job-2", now))));
   CHECK(other_job.find("it names job 'job-2'") != std::string::npos);
   {
     // what a driver asks next gets the refusal too: no worker, no launch
     auto refused = spawn("job-1", signed_ticket{});
-    caf::scoped_actor self{sys};
     self->send(refused, workers_atom::value, std::vector<uint32_t>{0});
     sched.run();
     size_t workers = 99;
@@ -245,16 +253,100 @@ TEST_CASE_FIXTURE(fixture, "an agent with credentials runs nothing for a spawn w
   CHECK(cfg.node->jobs->snapshot().empty()); // none of them counts as a job here
   // alice's own ticket for this agent and job: the colocator serves, the job shows
   auto ok = spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", me, "job-1", now)));
-  CHECK(node_answer(*this, ok) == "node ha");
+  CHECK(node_answer(*this, self, ok) == "node ha");
   auto jobs = cfg.node->jobs->snapshot();
   REQUIRE(jobs.size() == 1);
   CHECK(jobs[0].job == "job-1");
   CHECK(jobs[0].owner == "alice");
-  caf::anon_send(ok, terminate_atom::value, int32_t{0});
+  self->send(ok, terminate_atom::value, int32_t{0});
   caf::anon_send_exit(ok, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
   sched.run();
   sched.trigger_timeouts();
   sched.run();
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE_FIXTURE(fixture, "a colocator obeys only its driver, its agent and itself: a stranger "
+                           "gets refusals and starts, signals and learns nothing") {
+  cfg.node->name = "sc";
+  cfg.node->guardian = spawn_guardian(sys);
+  caf::scoped_actor driver{sys};
+  caf::scoped_actor stranger{sys}; // another user's driver, a node, any actor of a peer
+  auto colocator = sys.spawn(colocator_fn, caf::actor_cast<driver_actor>(driver),
+                             coordinator_actor{}, std::string{"job"}, int32_t{1000},
+                             signed_ticket{});
+  auto log = std::make_shared<worker_log>();
+  auto worker = sys.spawn(fake_worker, log);
+  caf::send_as(worker, colocator, enlist_atom::value, worker);
+  sched.run();
+  auto marker = std::filesystem::temp_directory_path()
+                / ("caf-hvd-stranger-" + std::to_string(::getpid()));
+  auto answer = [&](caf::scoped_actor& who) {
+    sched.run();
+    std::string out = "no answer";
+    who->receive([&](node_info& i) { out = "node " + i.name; },
+                 [&](std::vector<worker_actor>& ws) { out = std::to_string(ws.size()) + " workers"; },
+                 [&](std::vector<int32_t>& pids) { out = std::to_string(pids.size()) + " pids"; },
+                 [&](int32_t port) { out = "port " + std::to_string(port); },
+                 [&](gpu_lease&) { out = "a lease"; },
+                 [&](gloo_abort_report&) { out = "an abort report"; },
+                 [&](caf::error& e) { out = sys.render(e); },
+                 caf::after(std::chrono::seconds(0)) >> [] {});
+    return out;
+  };
+  auto refused = [](const std::string& a) { return a.find("refused") != std::string::npos; };
+  stranger->send(colocator, node_atom::value);
+  CHECK(refused(answer(stranger)));
+  stranger->send(colocator, workers_atom::value, std::vector<uint32_t>{0});
+  CHECK(refused(answer(stranger)));
+  launch_batch b;
+  b.argv = {"/usr/bin/touch", marker.string()};
+  b.slots = {0};
+  b.envs = {{}};
+  stranger->send(colocator, launch_atom::value, b);
+  CHECK(refused(answer(stranger)));
+  stranger->send(colocator, port_atom::value);
+  CHECK(refused(answer(stranger)));
+  stranger->send(colocator, gpu_atom::value, uint32_t{1});
+  CHECK(refused(answer(stranger)));
+  stranger->send(colocator, abort_atom::value, std::vector<uint32_t>{0},
+                 std::vector<std::string>{"127.0.0.1:1"}, std::vector<std::string>{});
+  CHECK(refused(answer(stranger)));
+  stranger->send(colocator, call_atom::value, uint64_t{1}, uint32_t{0}, std::string{"payload"},
+                 std::vector<uint32_t>{0});
+  stranger->send(colocator, terminate_atom::value, int32_t{0});
+  stranger->send(colocator, stop_atom::value, std::string{"forged stop"});
+  stranger->send(colocator, kill_atom::value);
+  stranger->send(colocator, drain_atom::value, true, std::string{"forged drain"});
+  caf::anon_send(colocator, terminate_atom::value, int32_t{0});
+  caf::anon_send(colocator, stop_atom::value, std::string{"forged stop"});
+  sched.run();
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(log->signals.empty());
+  CHECK(log->stops.empty());
+  CHECK(log->calls == 0);
+  CHECK_FALSE(std::filesystem::exists(marker));
+  std::string drained = "nothing";
+  driver->receive([&](drain_atom, std::string&, bool, std::string&) { drained = "a drain"; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(drained == "nothing");
+  // a stranger's worker cannot enlist to be signalled in the job's name ...
+  auto log2 = std::make_shared<worker_log>();
+  auto foreign = sys.spawn(fake_worker, log2);
+  stranger->send(colocator, enlist_atom::value, foreign);
+  sched.run();
+  // ... while the driver is obeyed as before
+  driver->send(colocator, node_atom::value);
+  CHECK(answer(driver) == "node sc");
+  driver->send(colocator, terminate_atom::value, int32_t{0});
+  sched.run();
+  CHECK(log->signals == std::vector<int32_t>{15});
+  CHECK(log2->signals.empty());
+  sched.trigger_timeouts();
+  sched.run();
+  caf::anon_send_exit(foreign, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(colocator, caf::exit_reason::user_shutdown);
+  caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  sched.run();
 }

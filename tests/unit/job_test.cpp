@@ -31,6 +31,7 @@ namespace {
 // What the fake node saw; one per test (the fakes are spawned by name, without it).
 struct node_log {
   std::map<uint32_t, worker_actor> workers; // slot id -> its worker
+  std::map<uint32_t, worker_actor> spawned; // every worker ever spawned (not erased)
   std::map<uint32_t, std::vector<std::string>> envs;
   std::map<uint32_t, launch_spec> specs;                                   // executor mode
   std::map<uint32_t, std::vector<std::pair<uint64_t, std::string>>> calls; // slot -> calls
@@ -155,6 +156,7 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_ac
                                         driver_actor driver, coordinator_actor coordinator,
                                         uint32_t id) {
   the_log->workers[id] = caf::actor_cast<worker_actor>(self);
+  the_log->spawned[id] = caf::actor_cast<worker_actor>(self);
   // registration: the host it runs on (a test may make it lie)
   auto host = the_log->worker_host[id];
   if (auto it = the_log->report_as.find(host); it != the_log->report_as.end())
@@ -259,7 +261,7 @@ struct fixture {
   }
   // Stops a job that would run on (Ctrl-C), through every grace period.
   void interrupt() {
-    caf::anon_send(job, interrupt_atom::value, int32_t{SIGINT});
+    caf::send_as(job, job, interrupt_atom::value, int32_t{SIGINT}); // from its signal thread
     sched.run();
     for (int i = 0; i < 10 && !job_ended(); ++i) {
       sched.trigger_timeouts();
@@ -268,7 +270,8 @@ struct fixture {
     CHECK(job_ended());
   }
   void discover(const std::string& text) {
-    caf::anon_send(caf::actor_cast<caf::actor>(job), discover_atom::value, true, text);
+    auto j = caf::actor_cast<caf::actor>(job);
+    caf::send_as(j, j, discover_atom::value, true, text); // from its discovery thread
     sched.run();
   }
   // A rank's GET /rank_and_size/<host>:<lr>, as the rendezvous server hands it to the
@@ -336,7 +339,7 @@ struct fixture {
   }
 
   void exit(uint32_t id, int32_t code) {
-    caf::anon_send(job, exited_atom::value, rank_exit{id, "fake", code, 0, {}, {}});
+    caf::send_as(log.spawned.at(id), job, exited_atom::value, rank_exit{id, "fake", code, 0, {}, {}});
     log.workers.erase(id);
     sched.run();
   }
@@ -353,6 +356,36 @@ struct fixture {
 };
 
 } // namespace
+
+TEST_CASE_FIXTURE(fixture, "the job takes a rank's exit, output and results only from that "
+                           "rank's worker, and its own signals only from itself") {
+  start(2);
+  caf::scoped_actor stranger{sys}; // any actor of a connected peer, or a forged anonymous one
+  auto s0 = slot_of_rank(0), s1 = slot_of_rank(1);
+  // another rank's worker, a stranger and an anonymous sender cannot end rank 0 or the job
+  caf::send_as(log.spawned.at(s1), job, exited_atom::value, rank_exit{s0, "fake", 3, 0, {}, {}});
+  stranger->send(job, exited_atom::value, rank_exit{s0, "fake", 3, 0, {}, {}});
+  caf::anon_send(job, exited_atom::value, rank_exit{s0, "fake", 3, 0, {}, {}});
+  caf::anon_send(job, interrupt_atom::value, int32_t{SIGINT});
+  stranger->send(job, interrupt_atom::value, int32_t{SIGTERM});
+  sched.run();
+  CHECK_FALSE(job_ended());
+  CHECK(log.terminates == 0);
+  CHECK(log.signals.empty());
+  // a forged output batch is answered with a refusal, not printed
+  stranger->send(job, output_atom::value, output_batch{s0, 0, {"forged line"}});
+  sched.run();
+  std::string answer = "none";
+  stranger->receive([&](caf::ok_atom) { answer = "ok"; },
+                    [&](caf::error& e) { answer = sys.render(e); },
+                    caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(answer.find("refused") != std::string::npos);
+  // the ranks' own exits end the job as before
+  exit(s0, 0);
+  exit(s1, 0);
+  CHECK(job_ended());
+  CHECK(result->exit_code == 0);
+}
 
 TEST_CASE_FIXTURE(fixture,
                   "static job: every rank launched with its place; all exit 0, job exits 0") {
@@ -874,7 +907,7 @@ TEST_CASE_FIXTURE(fixture, "elastic: an abort inside a rendezvous that a peer's 
     gloo_progress(*this, 1, "cross_0", r, false);
   }
   auto a0 = slot_on("a", 0), b0 = slot_on("b", 0), c0 = slot_on("c", 0);
-  caf::anon_send(job, exited_atom::value, rank_exit{a0, "fake", 0, SIGABRT, {}, {}});
+  caf::send_as(log.spawned.at(a0), job, exited_atom::value, rank_exit{a0, "fake", 0, SIGABRT, {}, {}});
   log.workers.erase(a0);
   sched.run();
   CHECK(count_named(events(), "host.blacklisted") == 0); // judged a moment later
@@ -985,7 +1018,7 @@ struct owner_fixture : fixture {
     return {};
   }
   void answer(uint32_t slot, uint64_t call, std::string payload) {
-    caf::anon_send(job, result_atom::value, slot, call, std::move(payload));
+    caf::send_as(log.spawned.at(slot), job, result_atom::value, slot, call, std::move(payload));
     sched.run();
   }
 };
@@ -1067,14 +1100,17 @@ TEST_CASE_FIXTURE(owner_fixture, "executor: a rank that dies fails its call with
   run_until([&] { return log.calls.size() == 3; }, "the call at every worker");
   answer(slot_of_rank(0), 1, "done0");
   CHECK(next_frame().rank == 0);
-  caf::anon_send(job, exited_atom::value, rank_exit{slot_of_rank(1), "fake", 0, SIGKILL, {}, {}});
+  caf::send_as(log.spawned.at(slot_of_rank(1)), job, exited_atom::value,
+               rank_exit{slot_of_rank(1), "fake", 0, SIGKILL, {}, {}});
   log.workers.erase(slot_of_rank(1));
   // A rank's answer reaches the job from its channel's reader, not through its worker, so
   // it may come right after the exit report that failed the call (queued behind it, while
   // the job still runs); and rank 0 answered already. Neither reaches the owner: each
   // call ends once per rank.
-  caf::anon_send(job, result_atom::value, slot_of_rank(1), uint64_t{1}, std::string{"late1"});
-  caf::anon_send(job, result_atom::value, slot_of_rank(0), uint64_t{1}, std::string{"again0"});
+  caf::send_as(log.spawned.at(slot_of_rank(1)), job, result_atom::value, slot_of_rank(1),
+               uint64_t{1}, std::string{"late1"});
+  caf::send_as(log.spawned.at(slot_of_rank(0)), job, result_atom::value, slot_of_rank(0),
+               uint64_t{1}, std::string{"again0"});
   sched.run();
   std::map<uint32_t, std::string> failed;
   frame f;

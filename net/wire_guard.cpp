@@ -1,0 +1,192 @@
+// The wire guard's connections, bindings and counts (net/wire_guard.hpp).
+#include "net/wire_guard.hpp"
+
+#include <arpa/inet.h>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+
+#include "net/credentials.hpp"
+#include "runtime/launch/channel.hpp"
+#include "runtime/network/basp_guard.hpp"
+
+namespace cafhvd::wire {
+
+namespace {
+
+// The largest legitimate message is an executor payload of the default frame limit with
+// its call's other fields; a driver with a larger --executor-max-frame-mb raises it.
+constexpr uint64_t default_cap = default_max_frame + (uint64_t{1} << 20);
+
+struct connection {
+  std::unique_ptr<basp_guard> guard;
+  std::string who;  // the certificate: "CN (role)"
+  std::string cert; // "CN (sha256:...)"
+  bool logged = false;
+};
+
+std::mutex mtx;
+guard_policy policy{default_cap, {}, {}, 0, 0};
+std::map<SSL*, connection> connections;
+std::map<std::string, std::string> bound; // node id -> "CN (sha256:...)"
+std::map<std::string, uint64_t> counts;
+
+std::string fingerprint(X509* cert) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!cert || !X509_digest(cert, EVP_sha256(), md, &len))
+    return "no certificate";
+  std::string hex;
+  for (unsigned i = 0; i < len; ++i)
+    hex += fmt::format("{:02x}", md[i]);
+  return hex;
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return "unknown peer";
+  if (ss.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    return fmt::format("{}:{}", ip, ntohs(in->sin_port));
+  }
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+  return fmt::format("[{}]:{}", ip, ntohs(in6->sin6_port));
+}
+
+// At most 20 lines a minute, then how many were left out.
+bool may_log(uint64_t& left_out) {
+  static auto window = std::chrono::steady_clock::now();
+  static unsigned lines = 0;
+  static uint64_t dropped = 0;
+  auto now = std::chrono::steady_clock::now();
+  if (now - window > std::chrono::minutes(1)) {
+    window = now;
+    lines = 0;
+    left_out = dropped;
+    dropped = 0;
+  }
+  if (lines >= 20) {
+    ++dropped;
+    return false;
+  }
+  ++lines;
+  return true;
+}
+
+std::string hex_node(const std::string& node) {
+  // CAF prints a node id as its host hash in hex and its pid ("HOST#PID")
+  if (node.size() != 32)
+    return "an invalid node id";
+  std::string hex;
+  for (size_t i = 12; i < 32; ++i)
+    hex += fmt::format("{:02X}", static_cast<uint8_t>(node[i]));
+  uint32_t pid = 0;
+  for (size_t i = 8; i < 12; ++i)
+    pid = (pid << 8) | static_cast<uint8_t>(node[i]);
+  return fmt::format("{}#{}", hex, pid);
+}
+
+connection& connection_of(SSL* ssl) {
+  auto it = connections.find(ssl);
+  if (it != connections.end())
+    return it->second;
+  auto& c = connections[ssl];
+  X509* cert = SSL_get_peer_certificate(ssl);
+  std::string cn = cert ? common_name_of(cert) : "no certificate";
+  c.who = cert ? fmt::format("'{}' ({})", cn, to_string(role_of(cert))) : "a peer without certificate";
+  c.cert = fmt::format("'{}' (sha256 {})", cn, fingerprint(cert));
+  if (cert)
+    X509_free(cert);
+  auto claimed_by = c.cert;
+  c.guard = std::make_unique<basp_guard>(
+      policy, SSL_is_server(ssl) == 1, [claimed_by](const std::string& node) -> std::string {
+        // called under mtx (inbound holds it)
+        auto [it, fresh] = bound.emplace(node, claimed_by);
+        if (fresh || it->second == claimed_by)
+          return {};
+        return fmt::format("a handshake claiming node id {}, which certificate {} holds",
+                           hex_node(node), it->second);
+      });
+  return c;
+}
+
+} // namespace
+
+void set_this_node(const std::string& node, uint64_t spawn_server, uint64_t link_atom,
+                   uint64_t unlink_atom) {
+  std::lock_guard g{mtx};
+  policy.this_node = node;
+  policy.named_actors = {spawn_server};
+  policy.link_atom = link_atom;
+  policy.unlink_atom = unlink_atom;
+}
+
+void set_payload_cap(uint64_t bytes) {
+  std::lock_guard g{mtx};
+  policy.max_payload = std::max(bytes, default_cap);
+}
+
+uint64_t payload_cap() {
+  std::lock_guard g{mtx};
+  return policy.max_payload;
+}
+
+std::string inbound(SSL* ssl, const void* data, int n) {
+  std::string why;
+  std::string who;
+  {
+    std::lock_guard g{mtx};
+    auto& c = connection_of(ssl);
+    why = c.guard->feed(static_cast<const uint8_t*>(data), static_cast<size_t>(n));
+    if (why.empty() || c.logged)
+      return why;
+    c.logged = true;
+    who = c.who;
+    ++counts[who];
+  }
+  uint64_t left_out = 0;
+  if (may_log(left_out)) {
+    if (left_out)
+      std::fprintf(stderr, "caf-hvd: %llu further wire refusals were not logged\n",
+                   static_cast<unsigned long long>(left_out));
+    std::fprintf(stderr, "caf-hvd: refused %s from %s: %s; connection closed\n", who.c_str(),
+                 peer_address(SSL_get_fd(ssl)).c_str(), why.c_str());
+  }
+  return why;
+}
+
+bool refused(SSL* ssl) {
+  std::lock_guard g{mtx};
+  auto it = connections.find(ssl);
+  return it != connections.end() && !it->second.guard->refusal().empty();
+}
+
+void forget(SSL* ssl) {
+  std::lock_guard g{mtx};
+  connections.erase(ssl);
+}
+
+std::string certificate_of(const std::string& node) {
+  std::lock_guard g{mtx};
+  auto it = bound.find(node);
+  return it == bound.end() ? std::string{} : it->second;
+}
+
+std::map<std::string, uint64_t> refusals() {
+  std::lock_guard g{mtx};
+  return counts;
+}
+
+} // namespace cafhvd::wire
