@@ -16,22 +16,6 @@
 
 using namespace cafhvd;
 
-namespace {
-
-driver_actor::behavior_type fake_driver() {
-  return {
-      [](output_atom, output_batch&) { return caf::ok_atom::value; },
-      [](exited_atom, rank_exit&) {},
-      [](tstore_atom, std::string&) {},
-      [](result_atom, uint32_t, uint64_t, std::string&) {},
-      [](log_atom, uint32_t, std::string&) { return caf::ok_atom::value; },
-      [](chanfail_atom, uint32_t, std::string&) {},
-      [](drain_atom, std::string&, bool, std::string&) {},
-  };
-}
-
-} // namespace
-
 int main(int argc, char** argv) {
   if (argc != 5) {
     std::fprintf(stderr, "usage: %s NODE_DIR HOST PORT FILE\n", argv[0]);
@@ -52,7 +36,9 @@ int main(int argc, char** argv) {
   if (!nid)
     return 1;
   std::printf("connect: ok\n");
-  auto driver = sys.spawn(fake_driver);
+  // The colocator is spawned naming this program's own actor as its driver, so its
+  // requests pass the sender check and meet the ticket check.
+  auto driver = caf::actor_cast<driver_actor>(self);
   auto mm = net.connector(sys, false);
   auto now = static_cast<long>(std::time(nullptr));
   const std::string touch = argv[4];
@@ -101,6 +87,5 @@ int main(int argc, char** argv) {
       .receive([&](caf::strong_actor_ptr& p) { std::printf("worker spawn: %s\n", p ? "ok" : "null"); },
                [&](caf::error& e) { std::printf("worker spawn: %s\n", sys.render(e).c_str()); });
   std::fflush(stdout);
-  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
   std::_Exit(0);
 }

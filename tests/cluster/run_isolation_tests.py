@@ -23,6 +23,7 @@ from harness import free_port, issue, leftover_ranks, rank_lines, reap, run_suit
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ATTACK = os.path.join(HERE, "isolation_attack.py")
+FORGE = os.environ.get("CAF_HVD_BASP_FORGE", "caf-hvd-basp-forge")
 AGENT_UID, ALICE, BOB, JOBACCT, DAEMON = 20000, 20001, 20002, 20003, 120
 CAPS = "+setuid,+setgid,+kill,+sys_ptrace,+dac_read_search"
 
@@ -164,6 +165,74 @@ class IsolationTest(unittest.TestCase):
         self.assertIn(f"refused a connection from 127.0.0.1: its socket on this machine is "
                       f"uid {ALICE}'s", err)
         self.assertIsNone(self.agent_proc.poll())
+
+    def forge(self, creds, role, marker, max_id=300, mode="records", seed=None):
+        """caf-hvd-basp-forge against the agent: its lines, attempt -> what happened."""
+        args = [FORGE, creds, role, "127.0.0.1", str(self.port), marker, str(max_id), mode]
+        if seed is not None:
+            args.append(str(seed))
+        r = subprocess.run(args, capture_output=True, text=True, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        got = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
+        self.assertEqual(got.get("connect"), "ok", r.stdout + r.stderr)
+        return got
+
+    GUARDED = ("frame before the handshake", "handshake claiming the agent's own node id",
+               "routed message to another node", "routed message posing as the agent's own actor",
+               "down message for another node", "monitor message for another node",
+               "ConfigServ lookup", "ConfigServ put", "oversized frame", "link message")
+
+    def test_another_certificate_reaches_no_actor_of_alices_job(self):
+        """Issue 48: with bob's driver certificate, a node certificate and an administrator's,
+        a peer that writes BASP frames by hand tries every path past its connection while
+        alice's job runs on a root agent (ranks as alice): each frame the wire guard must
+        refuse closes the connection; the well-formed direct messages to actor ids 1..300
+        (workers, launch batches, launch specs, calls, results, logs, output, SIGKILL) start
+        nothing (the command would write the file), end nothing, and alice's job finishes
+        with its own output only."""
+        self.agent(False)
+        mark = os.path.join(self.dir, "alice-release")
+        scratch = tempfile.mkdtemp(prefix="caf-hvd-forge-")
+        self.addCleanup(shutil.rmtree, scratch, True)
+        os.chmod(scratch, 0o777)  # the command, had it run as alice, could write here
+        marker = os.path.join(scratch, "ran")
+        alice = self.driver("alice", "/bin/sh", "-c",
+                            f"echo started; while [ ! -e {mark} ]; do sleep 0.05; done; "
+                            f"echo done", np=2)
+        self.assertIn("started", alice.stdout.readline())
+        bob = self.drivers["bob"]
+        rogue = issue("node", "rogue")
+        admin = issue("admin", "ops")
+        for creds, role in ((bob, "driver"), (rogue, "node"), (admin, "admin")):
+            got = self.forge(creds, role, marker)
+            for attempt in self.GUARDED:
+                self.assertEqual(got.get(attempt), "closed", f"{role}: {attempt}: {got}")
+            self.assertEqual(got.get("direct sweep of ids 1..300"), "sent, connection open",
+                             f"{role}: {got}")
+        # the same, one byte per TLS record
+        got = self.forge(bob, "driver", marker, max_id=3, mode="bytes")
+        for attempt in self.GUARDED:
+            self.assertEqual(got.get(attempt), "closed", f"bytes: {attempt}: {got}")
+        # a node id is bound to the certificate that claimed it first
+        self.assertEqual(self.forge(rogue, "node", marker, 1, seed=4711)["claim of node id 4711"],
+                         "open")
+        self.assertEqual(self.forge(bob, "driver", marker, 1, seed=4711)["claim of node id 4711"],
+                         "closed")
+        time.sleep(1)
+        self.assertFalse(os.path.exists(marker), "a forged launch ran a command")
+        # alice's job was not touched: both ranks finish, with nothing forged in its output
+        open(mark, "w").close()
+        out, err = alice.communicate(timeout=60)
+        self.assertEqual(alice.returncode, 0, err)
+        self.assertEqual(sorted(l for l in out.splitlines() if l.endswith("done")),
+                         ["[0]<stdout>:done", "[1]<stdout>:done"], out)
+        self.assertNotIn("forged", out + err)
+        self.assertIsNone(self.agent_proc.poll())
+        self.agent_proc.terminate()
+        agent_out = self.agent_proc.communicate(timeout=30)[0]
+        self.assertIn("caf-hvd: refused 'bob' (driver) from 127.0.0.1:", agent_out)
+        self.assertIn("a routed message: this node forwards nothing", agent_out)
+        self.assertRegex(agent_out, r"a (colocator|worker) refused")
 
     def test_a_rank_reaches_nothing_of_another_owner_nor_the_root_agent(self):
         self.attack(as_user=False)
