@@ -394,7 +394,10 @@ void job::spawn_colocator(const std::string& ep) {
     try {
       ticket = net::module().sign_ticket(
           *job_.creds,
-          ticket_body("colocator", to_string(h.nid), job_id_,
+          // the audience: the agent's node id and the certificate its connection showed
+          // (bound to that node id for this process's life), so that no other agent
+          // takes the ticket
+          ticket_body("colocator", colocator_audience(to_string(h.nid), net::module().certificate_of(h.nid)), job_id_,
                       static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(
                                             std::chrono::system_clock::now().time_since_epoch())
                                             .count())));

@@ -47,8 +47,10 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
   std::string owner;
   if (node.creds) {
     try {
-      auto holder = net::module().check_ticket(*node.creds, ticket, cert_role::driver,
-                                               "colocator", to_string(self->system().node()));
+      auto holder = net::module().check_ticket(
+          *node.creds, ticket, cert_role::driver, "colocator",
+          colocator_audience(to_string(self->system().node()),
+                             net::module().own_certificate(*node.creds)));
       if (holder.subject != job)
         throw credentials_error(fmt::format("it names job '{}'", printable(holder.subject)));
       owner = holder.name;

@@ -156,6 +156,7 @@ const api table = [] {
   t.wire_cap = &wire::payload_cap;
   t.certificate_of = &certificate_of;
   t.wire_refusals = &wire::refusals;
+  t.own_certificate = [](const cluster_credentials& c) { return wire::certificate_id_of_file(c.cert); };
   return t;
 }();
 

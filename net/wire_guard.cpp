@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/x509.h>
 
 #include "net/credentials.hpp"
@@ -106,7 +107,7 @@ connection& connection_of(SSL* ssl) {
   X509* cert = SSL_get_peer_certificate(ssl);
   std::string cn = cert ? common_name_of(cert) : "no certificate";
   c.who = cert ? fmt::format("'{}' ({})", cn, to_string(role_of(cert))) : "a peer without certificate";
-  c.cert = fmt::format("'{}' (sha256 {})", cn, fingerprint(cert));
+  c.cert = certificate_id(cert);
   if (cert)
     X509_free(cert);
   auto claimed_by = c.cert;
@@ -123,6 +124,21 @@ connection& connection_of(SSL* ssl) {
 }
 
 } // namespace
+
+std::string certificate_id(X509* cert) {
+  if (!cert)
+    return "no certificate";
+  return fmt::format("'{}' (sha256 {})", common_name_of(cert), fingerprint(cert));
+}
+
+std::string certificate_id_of_file(const std::string& pem) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f{std::fopen(pem.c_str(), "r"), &std::fclose};
+  if (!f)
+    return {};
+  std::unique_ptr<X509, void (*)(X509*)> cert{PEM_read_X509(f.get(), nullptr, nullptr, nullptr),
+                                              &X509_free};
+  return cert ? certificate_id(cert.get()) : std::string{};
+}
 
 void set_this_node(const std::string& node, uint64_t spawn_server, uint64_t link_atom,
                    uint64_t unlink_atom) {

@@ -11,6 +11,8 @@
 
 #include <openssl/ssl.h>
 
+struct x509_st;
+
 namespace cafhvd::wire {
 
 /// This process's node id (serialized) and the named actors a peer may reach: set once
@@ -35,6 +37,11 @@ void forget(SSL* ssl);
 /// The certificate a node id is bound to: "CN (sha256 fingerprint)", or empty when no
 /// connection of this process claimed it.
 std::string certificate_of(const std::string& node);
+
+/// How a certificate is named in bindings and ticket audiences: "'CN' (sha256 HEX)".
+std::string certificate_id(x509_st* cert);
+/// ... of the certificate in a PEM file, or empty when it does not load.
+std::string certificate_id_of_file(const std::string& pem);
 
 /// Refusals so far, per certificate ("CN (role)").
 std::map<std::string, uint64_t> refusals();

@@ -17,6 +17,10 @@ std::string cluster_dir(const std::optional<std::string>& flag) {
   return fmt::format("{}/.config/caf-hvd/cluster", home && *home ? home : ".");
 }
 
+std::string colocator_audience(const std::string& node_id, const std::string& certificate) {
+  return node_id + " " + certificate;
+}
+
 std::string ticket_body(const std::string& purpose, const std::string& audience,
                         const std::string& subject, long unix_seconds) {
   return fmt::format("caf-hvd ticket 1\n{}\n{}\n{}\n{}\n", purpose, audience, subject,

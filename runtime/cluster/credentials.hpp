@@ -52,6 +52,10 @@ struct signed_ticket {
 std::string ticket_body(const std::string& purpose, const std::string& audience,
                         const std::string& subject, long unix_seconds);
 
+/// A colocator ticket's audience: the agent's node id and its certificate as its driver's
+/// connection saw it ("'CN' (sha256 HEX)").
+std::string colocator_audience(const std::string& node_id, const std::string& certificate);
+
 /// Who signed a ticket that checked out.
 struct ticket_holder {
   std::string name; // the certificate's name (CN): the owner of a driver's jobs

@@ -79,6 +79,9 @@ struct api {
   /// The certificate a peer's node id is bound to in this process ("'CN' (sha256 HEX)"),
   /// or empty when no connection claimed it.
   std::string (*certificate_of)(const caf::node_id& node);
+  /// How `creds`' own certificate is named there (a ticket's audience names the agent
+  /// by its node id and this).
+  std::string (*own_certificate)(const cluster_credentials& creds);
   /// Connections closed for breaking the wire's rules, per certificate ("'CN' (role)").
   std::map<std::string, uint64_t> (*wire_refusals)();
 };

@@ -205,7 +205,11 @@ TEST_CASE_FIXTURE(fixture, "an agent with credentials runs nothing for a spawn w
   cfg.node->name = "ha";
   cfg.node->creds = net.load_cluster(dir + "/c", cert_role::node);
   auto alice = net.load_cluster(alice_dir, cert_role::driver);
-  auto me = to_string(sys.node());
+  // the audience: this agent's node id and its own certificate, as the driver's
+  // connection saw it
+  auto me = colocator_audience(to_string(sys.node()), net.own_certificate(*cfg.node->creds));
+  auto other_agent = colocator_audience(
+      to_string(sys.node()), net.own_certificate(net.load_cluster(joiner_dir, cert_role::node)));
   auto now = static_cast<long>(::time(nullptr));
   caf::scoped_actor self{sys};
   auto driver = caf::actor_cast<driver_actor>(self);
@@ -225,6 +229,12 @@ TEST_CASE_FIXTURE(fixture, "an agent with credentials runs nothing for a spawn w
   auto elsewhere = node_answer(
       *this, self, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", "other#1", "job-1", now))));
   CHECK(elsewhere.find("not for colocator at") != std::string::npos);
+  // a ticket for this node id but made for another agent's certificate (a peer that
+  // claimed this agent's node id to its driver)
+  auto other_cert = node_answer(
+      *this, self, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", other_agent,
+                                                                     "job-1", now))));
+  CHECK(other_cert.find("not for colocator at") != std::string::npos);
   auto other_job =
       node_answer(*this, self, spawn("job-1", net.sign_ticket(alice, ticket_body("colocator", me,
                                                                            "job-2", now))));
