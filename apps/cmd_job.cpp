@@ -226,6 +226,8 @@ int start_job(job_request r) {
     }
   } else {
     cfg.enable_network(liveness::from_seconds(r.link_timeout), creds ? &*creds : nullptr);
+    // the wire guard admits the job's largest message: an executor frame and its call
+    net::module().set_wire_cap(job.max_frame + (uint64_t{1} << 20));
   }
   caf::actor_system sys{cfg};
   if (job.embedded)

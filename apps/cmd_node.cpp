@@ -41,6 +41,7 @@ struct node_options {
   int slots = 0;
   gpu_inventory inventory;
   liveness link;
+  uint64_t max_message = 0; // the wire guard's payload cap (bytes)
   std::optional<cluster_credentials> creds; // nullopt: --insecure
   bool exit_on_stdin_eof = false;
   std::vector<std::string> labels; // KEY=VALUE, checked
@@ -90,6 +91,7 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   int slots = 0;
   double drain_grace = 0;
   double link_timeout = liveness::default_seconds;
+  double max_message_mb = 257;
   desc.add_options()("help,h", "show this help")(
       "port,p", po::value(&port)->default_value(default_node_port),
       "TCP port to listen on")("name", po::value(&name),
@@ -125,6 +127,10 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "job-account", po::value(&job_account),
       "ACCOUNT: the account ranks run as when their owner has none on this node (default: "
       "such jobs are refused)")(
+      "max-message-mb", po::value(&max_message_mb)->default_value(257),
+      "MB: the largest message a peer may send this agent (a larger frame closes its "
+      "connection before it is read); at least 257, an executor frame of 256 MB and its "
+      "call: raise it with drivers' --executor-max-frame-mb")(
       "allow-root-ranks", "an owner named like a uid-0 account runs ranks as root (never by "
       "default)");
   auto parsed = parse_options_only(argc, argv, desc, "node");
@@ -196,6 +202,10 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   n.rank_policy.mode = rank_user == "owner" ? rank_user_mode::owner : rank_user_mode::agent;
   n.rank_policy.job_account = job_account;
   n.rank_policy.allow_root = vm.count("allow-root-ranks") > 0;
+  if (!(max_message_mb >= 257 && max_message_mb <= 4095))
+    throw usage_error(fmt::format("--max-message-mb {}: give megabytes from 257 to 4095",
+                                  max_message_mb));
+  n.max_message = static_cast<uint64_t>(max_message_mb * 1024 * 1024);
   if (!(drain_grace >= 0 && drain_grace <= 86400))
     throw usage_error(fmt::format("--drain-grace {}: give seconds from 0 to 86400", drain_grace));
   n.drain_grace = drain_grace;
@@ -256,6 +266,7 @@ int start_node(const node_options& o) {
     ::kill(::getpid(), SIGTERM);
   };
   cfg.enable_network(o.link, creds ? &*creds : nullptr);
+  net::module().set_wire_cap(o.max_message);
   caf::actor_system sys{cfg};
   cfg.node->guardian = spawn_guardian(sys);
   auto join_target =
