@@ -146,6 +146,11 @@ void note_refused(caf::local_actor* self, const char* who, const std::string& wh
                what.c_str(), from.c_str());
 }
 
+caf::result<caf::message> drop_unexpected(caf::scheduled_actor* self, caf::message_view& x) {
+  note_refused(self, self->name(), "a message of a type it does not take");
+  return caf::drop(self, x);
+}
+
 caf::error refused_error(const std::string& what) {
   return caf::make_error(caf::sec::runtime_error,
                          what + ": refused, the sender has no right to it");

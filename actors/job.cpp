@@ -10,6 +10,7 @@ job::behavior_type job::make_behavior() {
   started_ = clock_type::now();
   job_id_ = job_.job_id.empty() ? make_job_id() : job_.job_id;
   set_down_handler([this](caf::down_msg& dm) { on_down(dm); });
+  set_default_handler(drop_unexpected);
   if (!job_.events_file.empty()) {
     try {
       events_ = event_log{job_.events_file};

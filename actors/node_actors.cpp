@@ -92,6 +92,7 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
     caf::anon_send(node.guardian, enlist_atom::value, caf::actor_cast<caf::actor>(self));
   }
   self->monitor(driver);
+  self->set_default_handler(drop_unexpected);
   // The colocator obeys the driver its ticket names, its agent (the guardian) and its own
   // threads and timers; anything else is refused and counted (actors/senders.hpp).
   auto from_driver = [=](const char* what) {
@@ -553,6 +554,7 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
                                       std::shared_ptr<const rank_identity> account) {
   self->state.driver = driver;
   self->state.rank = rank;
+  self->set_default_handler(drop_unexpected);
   self->state.account = std::move(account);
   // Registration: the coordinator checks that the slot runs where it was placed.
   if (coordinator)

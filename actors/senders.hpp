@@ -44,6 +44,10 @@ inline std::atomic<uint64_t> refused_messages{0};
 /// Counts a refused message and says so on stderr (at most 20 lines a minute).
 void note_refused(caf::local_actor* self, const char* who, const std::string& what);
 
+/// The default handler of actors that peers can reach: a message of no type it takes is
+/// dropped and counted (CAF's default prints each one: a peer could fill the log).
+caf::result<caf::message> drop_unexpected(caf::scheduled_actor* self, caf::message_view& x);
+
 /// The error a refused request is answered with.
 caf::error refused_error(const std::string& what);
 

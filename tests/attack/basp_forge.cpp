@@ -153,9 +153,8 @@ struct forger {
     return bytes(hdr) + payload;
   }
   std::string node_bytes(uint32_t pid, uint8_t fill) {
-    std::string hash(40, 'a');
-    for (auto& c : hash)
-      c = "0123456789abcdef"[fill % 16];
+    // never all zeros: CAF writes a node id with an empty host hash as "no node"
+    std::string hash(40, "123456789abcdef"[fill % 15]);
     return bytes(caf::make_node_id(pid, hash).value());
   }
   std::string handshake(const std::string& node) {

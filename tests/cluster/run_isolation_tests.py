@@ -207,12 +207,6 @@ class IsolationTest(unittest.TestCase):
             got = self.forge(creds, role, marker)
             for attempt in self.GUARDED:
                 self.assertEqual(got.get(attempt), "closed", f"{role}: {attempt}: {got}")
-            claim = next(v for k, v in got.items() if k.startswith("claim of node id"))
-            if role == "node" and claim == "closed":
-                # seen in some full-suite runs (never alone): the agent closed every
-                # connection of the node certificate, the plain claim too; what was
-                # refused is still refused, but the sweep says nothing then
-                continue
             if got.get("direct sweep of ids 1..300") != "sent, connection open":
                 self.agent_proc.terminate()
                 self.fail(f"{role}: {got}\nthe agent said:\n"
