@@ -1,6 +1,7 @@
 // The coordinator actor (see the header): the job's servers, the workers' registrations,
 // assignments, the rank_and_size barrier and Horovod's notification services.
 #include "actors/coordinator.hpp"
+#include "actors/senders.hpp"
 
 #include <algorithm>
 #include <map>
@@ -42,7 +43,12 @@ public:
 
   behavior_type make_behavior() override {
     return {
-        [this](report_atom, uint32_t slot, std::string& host) { on_report(slot, host); },
+        [this](report_atom, uint32_t slot, std::string& host) {
+          // a worker (or its colocator, for a spawn that failed): never anonymous
+          if (!current_sender())
+            return note_refused(this, "the coordinator", "an anonymous report");
+          on_report(slot, host);
+        },
         [this](serve_atom, std::string& bind) { return serve(bind); },
         [this](allow_atom, std::string& host, std::vector<std::string>& addresses, bool local,
                uint32_t rank_uid) { allowlist_->add_host(host, addresses, local, rank_uid); },
@@ -62,7 +68,8 @@ public:
         [this](barrier_atom, barrier_spec& spec) { on_barrier(std::move(spec)); },
         [this](lot_atom, uint64_t g) { return open_lot(g); },
         [this](parked_atom, uint64_t lot, int32_t rank, std::string& client) {
-          on_parked(lot, rank, client);
+          if (from_itself("a parked newcomer"))
+            on_parked(lot, rank, client);
         },
         [this](release_atom, uint64_t g) {
           if (g == gen_.number && !gen_.released)
@@ -89,13 +96,24 @@ public:
           gen_.votes.clear();
         },
         [this](gloo_atom) { return links(); },
-        [this](vote_atom, std::string& host, int32_t lr) { on_vote(host, lr); },
+        // from the rendezvous server's and the notifications' threads only (they send as
+        // this actor; actors/senders.hpp)
+        [this](vote_atom, std::string& host, int32_t lr) {
+          if (from_itself("a vote"))
+            on_vote(host, lr);
+        },
         [this](register_atom, std::string& host, int32_t lr, std::string& body) {
-          on_register(host, lr, body);
+          if (from_itself("a registration"))
+            on_register(host, lr, body);
         },
         [this](reached_atom, uint64_t store_gen, std::string& scope, int32_t rank, bool connected,
-               std::string& client) { on_progress(store_gen, scope, rank, connected, client); },
+               std::string& client) {
+          if (from_itself("a rendezvous progress"))
+            on_progress(store_gen, scope, rank, connected, client);
+        },
         [this](notified_atom, uint64_t g, std::string& key, std::string& problem) {
+          if (!from_itself("a notification result"))
+            return;
           notify_in_flight_ = false;
           if (g == notice_gen_
               && (problem.empty() ? !std::exchange(notify_told_, true)
@@ -110,11 +128,21 @@ public:
           // timestamp, it is ignored once seen (check_host_updates keeps newer ones).
           delayed_send(this, notify_resend, deadline_atom::value, dl_notify | (g << 4));
         },
-        [this](deadline_atom, uint64_t which) { on_deadline(which); },
+        [this](deadline_atom, uint64_t which) {
+          if (from_itself("a deadline"))
+            on_deadline(which);
+        },
     };
   }
 
 private:
+  bool from_itself(const char* what) {
+    if (sent_by_itself(this))
+      return true;
+    note_refused(this, "the coordinator", what);
+    return false;
+  }
+
   template <class... Ts> void log(fmt::format_string<Ts...> f, Ts&&... xs) {
     if (cfg_.verbose)
       write_all(2, fmt::format("caf-hvd [{:>5} ms] coordinator: {}\n",
@@ -158,19 +186,19 @@ private:
     if (cfg_.elastic) {
       server_->enable_elastic(
           [hdl](const std::string& host, int lr) {
-            caf::anon_send(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
+            post_from(hdl, vote_atom::value, host, static_cast<int32_t>(lr));
           },
           [hdl](const std::string& host, int lr, const std::string& body) {
-            caf::anon_send(hdl, register_atom::value, host, static_cast<int32_t>(lr), body);
+            post_from(hdl, register_atom::value, host, static_cast<int32_t>(lr), body);
           });
       server_->set_update(0, "generation 0\nchange none\n");
       server_->on_gloo_progress([hdl](uint64_t store_gen, const std::string& scope, int rank,
                                       bool connected, const std::string& client) {
-        caf::anon_send(hdl, reached_atom::value, store_gen, scope, static_cast<int32_t>(rank),
+        post_from(hdl, reached_atom::value, store_gen, scope, static_cast<int32_t>(rank),
                        connected, client);
       });
       server_->on_parked([hdl](uint64_t lot, int rank, const std::string& client) {
-        caf::anon_send(hdl, parked_atom::value, lot, static_cast<int32_t>(rank), client);
+        post_from(hdl, parked_atom::value, lot, static_cast<int32_t>(rank), client);
       });
     }
     log("rendezvous server on {}:{}", bind, server_->port());
@@ -601,7 +629,7 @@ private:
     std::thread{[hdl, reg = it->second, ts = notify_ts_,
                  res = static_cast<unsigned>(notify_change_), g = gen_.number, key] {
       auto r = notify_hosts_updated(reg, ts, res, std::chrono::milliseconds(3000));
-      caf::anon_send(hdl, notified_atom::value, g, key, r.ok ? std::string{} : to_string(r));
+      post_from(hdl, notified_atom::value, g, key, r.ok ? std::string{} : to_string(r));
     }}.detach();
   }
 

@@ -13,6 +13,7 @@
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include "actors/config.hpp"
+#include "actors/senders.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/protocol.hpp"
 
@@ -87,11 +88,11 @@ struct fixture {
   }
 
   void report(uint32_t slot, const std::string& host) {
-    caf::anon_send(coord, report_atom::value, slot, host);
+    caf::send_as(job, coord, report_atom::value, slot, host); // as some worker
     sched.run();
   }
   void vote(const std::string& host, int lr) {
-    caf::anon_send(coord, vote_atom::value, host, int32_t{lr});
+    post_from(coord, vote_atom::value, host, int32_t{lr});
     sched.run();
   }
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "actors/config.hpp"
+#include "actors/senders.hpp"
 #include "actors/driver.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/launch/channel.hpp"
@@ -277,7 +278,7 @@ struct fixture {
   // A rank's GET /rank_and_size/<host>:<lr>, as the rendezvous server hands it to the
   // job's coordinator.
   void vote(const std::string& host, int lr) {
-    caf::anon_send(coordinator(), vote_atom::value, host, int32_t{lr});
+    caf::send_as(coordinator(), coordinator(), vote_atom::value, host, int32_t{lr});
     sched.run();
   }
   coordinator_full_actor coordinator() {
@@ -546,7 +547,7 @@ TEST_CASE_FIXTURE(fixture, "elastic: a rank 0 that ends before its released peer
   for (auto& [id, node] : log.worker_host)
     if (node == "b")
       b = id;
-  caf::anon_send(coord, report_atom::value, b, std::string{"b"});
+  caf::send_as(log.spawned.at(b), coord, report_atom::value, b, std::string{"b"}); // its worker
   sched.run();
   REQUIRE(log.envs.count(b) == 1); // launched, with the released plan
   CHECK(env_value(log.envs[b], "HOROVOD_SIZE") == "2");
@@ -787,14 +788,14 @@ namespace {
 // What the rendezvous server tells the coordinator when a rank of the served plan (store
 // generation `g`) begins (connected false) or finishes a Gloo rendezvous of `scope`.
 void gloo_progress(fixture& f, uint64_t g, const std::string& scope, int rank, bool connected) {
-  caf::anon_send(f.coordinator(), reached_atom::value, g, scope, int32_t{rank}, connected,
+  caf::send_as(f.coordinator(), f.coordinator(), reached_atom::value, g, scope, int32_t{rank}, connected,
                  std::string{"127.0.0.1"});
   f.sched.run();
 }
 
 // ... and when a newcomer's first request, PUT /global/rank_<rank>, is held at lot `g`.
 void park(fixture& f, uint64_t g, int rank) {
-  caf::anon_send(f.coordinator(), parked_atom::value, g, int32_t{rank}, std::string{"127.0.0.1"});
+  caf::send_as(f.coordinator(), f.coordinator(), parked_atom::value, g, int32_t{rank}, std::string{"127.0.0.1"});
   f.sched.run();
 }
 
@@ -845,13 +846,13 @@ TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a request at the lot counts for
   vote("a", 0);
   vote("b", 0);
   // a process on a (any client the job's allowlist admits) claims c's first request
-  caf::anon_send(coordinator(), parked_atom::value, uint64_t{2}, int32_t{2},
+  caf::send_as(coordinator(), coordinator(), parked_atom::value, uint64_t{2}, int32_t{2},
                  std::string{"10.0.0.1"});
   sched.run();
   // ... and that rank 2 began and finished generation 1's global rendezvous: a plan it
   // was never in (store generation 1 has ranks 0 and 1 only) is not reported at all;
   // the same from a's address for rank 1 (b's) is ignored too
-  caf::anon_send(coordinator(), reached_atom::value, uint64_t{1}, std::string{"global"}, int32_t{1},
+  caf::send_as(coordinator(), coordinator(), reached_atom::value, uint64_t{1}, std::string{"global"}, int32_t{1},
                  true, std::string{"10.0.0.1"});
   sched.run();
   auto ev = events();
@@ -866,7 +867,7 @@ TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a request at the lot counts for
       CHECK((e["context"]["host"] == "c" || e["context"]["host"] == "b"));
     }
   // c's own request counts
-  caf::anon_send(coordinator(), parked_atom::value, uint64_t{2}, int32_t{2},
+  caf::send_as(coordinator(), coordinator(), parked_atom::value, uint64_t{2}, int32_t{2},
                  std::string{"10.0.0.3"});
   sched.run();
   CHECK(count_named(events(), "rank.parked") == 1);
