@@ -307,15 +307,14 @@ extern "C" int SSL_read(SSL* ssl, void* buf, int num) {
   using fn = int (*)(SSL*, void*, int);
   static fn real = reinterpret_cast<fn>(dlsym(RTLD_NEXT, "SSL_read"));
   ERR_clear_error();
-  // The wire guard (net/wire_guard.hpp) sees every byte before CAF does; a connection
-  // that broke its rules reads nothing more, and CAF closes it on the failed read.
-  if (cafhvd::wire::refused(ssl))
-    return -1;
   int rc = real(ssl, buf, num);
   if (rc <= 0) {
     note_client_failure(ssl, rc);
     return rc;
   }
+  // The wire guard (net/wire_guard.hpp) sees every byte before CAF does; a connection
+  // that broke its rules fails this read and every later one (its refusal sticks), and
+  // CAF closes it on the failed read.
   if (!cafhvd::wire::inbound(ssl, buf, rc).empty()) {
     shutdown(SSL_get_fd(ssl), SHUT_RDWR);
     return -1;

@@ -204,14 +204,6 @@ std::string inbound(SSL* ssl, const void* data, int n) {
   return why;
 }
 
-bool refused(SSL* ssl) {
-  if (guard_off())
-    return false;
-  std::lock_guard g{mtx};
-  auto it = connections.find(ssl);
-  return it != connections.end() && !it->second.guard->refusal().empty();
-}
-
 void forget(SSL* ssl) {
   std::lock_guard g{mtx};
   connections.erase(ssl);

@@ -28,9 +28,6 @@ uint64_t payload_cap();
 /// (logged and counted here, once per connection).
 std::string inbound(SSL* ssl, const void* data, int n);
 
-/// Whether `ssl`'s connection was refused (its reads fail from then on).
-bool refused(SSL* ssl);
-
 /// Forgets `ssl` (SSL_free).
 void forget(SSL* ssl);
 
