@@ -13,6 +13,7 @@
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
 #include "actors/senders.hpp"
+#include "runtime/observe/line_budget.hpp"
 #include "runtime/network/net.hpp"
 
 namespace cafhvd {
@@ -129,16 +130,9 @@ namespace cafhvd {
 
 void note_refused(caf::local_actor* self, const char* who, const std::string& what) {
   ++refused_messages;
-  static std::mutex m;
-  static auto window = std::chrono::steady_clock::now();
-  static unsigned lines = 0;
-  std::lock_guard g{m};
-  auto now = std::chrono::steady_clock::now();
-  if (now - window > std::chrono::minutes(1)) {
-    window = now;
-    lines = 0;
-  }
-  if (++lines > 20)
+  static line_budget lines;
+  uint64_t left_out = 0;
+  if (!lines.take(left_out))
     return;
   auto sender = self->current_sender();
   std::string from = sender ? caf::to_string(sender->address()) : std::string{"no sender"};

@@ -137,10 +137,7 @@ public:
 
 private:
   bool from_itself(const char* what) {
-    if (sent_by_itself(this))
-      return true;
-    note_refused(this, "the coordinator", what);
-    return false;
+    return admitted(this, sent_by_itself(this), "the coordinator", what);
   }
 
   template <class... Ts> void log(fmt::format_string<Ts...> f, Ts&&... xs) {

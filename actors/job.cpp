@@ -221,30 +221,22 @@ bool job::from_worker(uint32_t slot, const char* what) {
   auto* s = slot_by_id(slot);
   if (s && sent_by(this, s->worker))
     return true;
-  note_refused(this, "the job", fmt::format("{} for slot {}", what, slot));
-  return false;
+  return admitted(this, false, "the job", fmt::format("{} for slot {}", what, slot));
 }
 
 bool job::from_coordinator(const char* what) {
-  if (sent_by(this, coord_))
-    return true;
-  note_refused(this, "the job", what);
-  return false;
+  return admitted(this, sent_by(this, coord_), "the job", what);
 }
 
 bool job::from_itself(const char* what) {
-  if (sent_by_itself(this))
-    return true;
-  note_refused(this, "the job", what);
-  return false;
+  return admitted(this, sent_by_itself(this), "the job", what);
 }
 
 bool job::from_colocator_of(const std::string& node, const char* what) {
-  for (auto& [ep, h] : hosts_)
-    if (h.info.name == node && sent_by(this, h.colocator))
-      return true;
-  note_refused(this, "the job", what);
-  return false;
+  auto it = std::find_if(hosts_.begin(), hosts_.end(), [&](auto& kv) {
+    return kv.second.info.name == node && sent_by(this, kv.second.colocator);
+  });
+  return admitted(this, it != hosts_.end(), "the job", what);
 }
 
 eslot* job::slot_by_id(uint32_t id) {

@@ -96,22 +96,14 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
   // The colocator obeys the driver its ticket names, its agent (the guardian) and its own
   // threads and timers; anything else is refused and counted (actors/senders.hpp).
   auto from_driver = [=](const char* what) {
-    if (sent_by(self, self->state.driver))
-      return true;
-    note_refused(self, "a colocator", what);
-    return false;
+    return admitted(self, sent_by(self, self->state.driver), "a colocator", what);
   };
   auto from_agent = [=](const char* what) {
-    if (sent_by(self, settings_of(self->system()).guardian))
-      return true;
-    note_refused(self, "a colocator", what);
-    return false;
+    return admitted(self, sent_by(self, settings_of(self->system()).guardian), "a colocator",
+                    what);
   };
   auto from_itself = [=](const char* what) {
-    if (sent_by_itself(self))
-      return true;
-    note_refused(self, "a colocator", what);
-    return false;
+    return admitted(self, sent_by_itself(self), "a colocator", what);
   };
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
@@ -565,16 +557,13 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
   // A worker obeys its colocator and its job's driver, and takes its process's output,
   // exit and frames only from its own threads (actors/senders.hpp).
   auto from = [=](const char* what, bool colocator_may, bool driver_may) {
-    if ((colocator_may && sent_by(self, colocator)) || (driver_may && sent_by(self, driver)))
-      return true;
-    note_refused(self, "a worker", what);
-    return false;
+    return admitted(self,
+                    (colocator_may && sent_by(self, colocator))
+                        || (driver_may && sent_by(self, driver)),
+                    "a worker", what);
   };
   auto from_itself = [=](const char* what) {
-    if (sent_by_itself(self))
-      return true;
-    note_refused(self, "a worker", what);
-    return false;
+    return admitted(self, sent_by_itself(self), "a worker", what);
   };
   auto report_exit = [=](const exit_status& st) {
     rank_exit ex{self->state.rank, settings_of(self->system()).name,

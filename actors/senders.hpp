@@ -44,6 +44,13 @@ inline std::atomic<uint64_t> refused_messages{0};
 /// Counts a refused message and says so on stderr (at most 20 lines a minute).
 void note_refused(caf::local_actor* self, const char* who, const std::string& what);
 
+/// `ok`, and when it is false the refusal counted and said (note_refused).
+inline bool admitted(caf::local_actor* self, bool ok, const char* who, const std::string& what) {
+  if (!ok)
+    note_refused(self, who, what);
+  return ok;
+}
+
 /// The default handler of actors that peers can reach: a message of no type it takes is
 /// dropped and counted (CAF's default prints each one: a peer could fill the log).
 caf::result<caf::message> drop_unexpected(caf::scheduled_actor* self, caf::message_view& x);

@@ -41,30 +41,12 @@
 
 #include "net/tls_context.hpp"
 #include "net/wire_guard.hpp"
+#include "runtime/observe/line_budget.hpp"
 
 namespace {
 
 // At most 20 lines per minute, then a count, so a flood cannot fill the log.
-bool may_log(unsigned& suppressed) {
-  static std::mutex mtx;
-  static auto window = std::chrono::steady_clock::now();
-  static unsigned lines = 0;
-  static unsigned dropped = 0;
-  std::lock_guard guard{mtx};
-  auto now = std::chrono::steady_clock::now();
-  if (now - window > std::chrono::minutes(1)) {
-    window = now;
-    lines = 0;
-    suppressed = dropped;
-    dropped = 0;
-  }
-  if (lines >= 20) {
-    ++dropped;
-    return false;
-  }
-  ++lines;
-  return true;
-}
+cafhvd::line_budget refusal_lines;
 
 struct pending_handshake {
   int fd;
@@ -361,10 +343,11 @@ extern "C" int SSL_accept(SSL* ssl) {
   char reason[256];
   ERR_error_string_n(code, reason, sizeof(reason));
   auto why = cafhvd::tls::refusal(ssl);
-  unsigned suppressed = 0;
-  if (may_log(suppressed)) {
+  uint64_t suppressed = 0;
+  if (refusal_lines.take(suppressed)) {
     if (suppressed)
-      std::fprintf(stderr, "caf-hvd node: %u further refusals were not logged\n", suppressed);
+      std::fprintf(stderr, "caf-hvd node: %llu further refusals were not logged\n",
+                   static_cast<unsigned long long>(suppressed));
     if (!why.empty())
       std::fprintf(stderr, "caf-hvd node: refused %s: %s\n", peer.c_str(), why.c_str());
     else

@@ -18,6 +18,7 @@
 #include "net/credentials.hpp"
 #include "runtime/launch/channel.hpp"
 #include "runtime/network/basp_guard.hpp"
+#include "runtime/observe/line_budget.hpp"
 
 namespace cafhvd::wire {
 
@@ -68,24 +69,7 @@ std::string peer_address(int fd) {
 }
 
 // At most 20 lines a minute, then how many were left out.
-bool may_log(uint64_t& left_out) {
-  static auto window = std::chrono::steady_clock::now();
-  static unsigned lines = 0;
-  static uint64_t dropped = 0;
-  auto now = std::chrono::steady_clock::now();
-  if (now - window > std::chrono::minutes(1)) {
-    window = now;
-    lines = 0;
-    left_out = dropped;
-    dropped = 0;
-  }
-  if (lines >= 20) {
-    ++dropped;
-    return false;
-  }
-  ++lines;
-  return true;
-}
+line_budget refusal_lines;
 
 std::string hex_node(const std::string& node) {
   // CAF prints a node id as its host hash in hex and its pid ("HOST#PID")
@@ -194,7 +178,7 @@ std::string inbound(SSL* ssl, const void* data, int n) {
     ++counts[who];
   }
   uint64_t left_out = 0;
-  if (may_log(left_out)) {
+  if (refusal_lines.take(left_out)) {
     if (left_out)
       std::fprintf(stderr, "caf-hvd: %llu further wire refusals were not logged\n",
                    static_cast<unsigned long long>(left_out));
