@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "actors/config.hpp"
+#include "actors/senders.hpp"
 #include "actors/driver_util.hpp"
 #include "runtime/network/net.hpp"
 #include "runtime/network/nic.hpp"
@@ -79,7 +80,7 @@ void set_draining(const node_settings& n, bool on, const std::string& admin) {
   if (n.draining->exchange(on) == on)
     return;
   if (n.guardian)
-    caf::anon_send(n.guardian, drain_atom::value, on,
+    post_from(n.guardian, drain_atom::value, on,
                    fmt::format("{} by the cluster's administrator '{}'",
                                on ? "drained" : "undrained", printable(admin)));
 }
@@ -142,8 +143,16 @@ void nudge_watchers(table_ptr self) {
     if (text == w.last)
       continue;
     w.last = std::move(text);
-    caf::anon_send(caf::actor_cast<caf::actor>(w.job_actor), discover_atom::value, ++st.nudges);
+    send_from(self, caf::actor_cast<caf::actor>(w.job_actor), discover_atom::value, ++st.nudges);
   }
+}
+
+// Whether the message `self` handles comes from member `id`'s own joiner (its token is a
+// secret of their connection; the sender is checked too).
+bool from_member(table_ptr self, uint64_t id, const char* what) {
+  auto m = self->state.members.find(id);
+  return admitted(self, m != self->state.members.end() && sent_by(self, m->second.joiner),
+                  "the cluster's table", what);
 }
 
 // Whether this agent holds the table and `ticket` is a `role` ticket for `purpose` at this
@@ -207,6 +216,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
       }
     };
     refresh_self();
+    self->set_default_handler(drop_unexpected);
     self->send(self, deadline_atom::value, st.timer);
     self->set_down_handler([self](caf::down_msg& dm) {
       auto& st = self->state;
@@ -240,6 +250,10 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                                       n.name, st.join_target));
           if (!joiner)
             return refuse("no joiner given");
+          // the joiner is the actor that asks (a peer cannot name another's)
+          if (!admitted(self, sent_by(self, joiner), "the cluster's table",
+                        "a join naming another actor as its joiner"))
+            return refuse("the joiner named is not the actor that asks");
           ticket_holder holder;
           if (n.creds) {
             try {
@@ -285,6 +299,8 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           auto it = st.by_token.find(token);
           if (it == st.by_token.end())
             return; // not joined (or lost meanwhile): its joiner joins again
+          if (!from_member(self, it->second, "a member's news"))
+            return;
           try {
             info.labels = parse_labels(info.labels);
           } catch (const std::exception&) {
@@ -297,6 +313,8 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           auto& st = self->state;
           auto it = st.by_token.find(token);
           if (it == st.by_token.end())
+            return;
+          if (!from_member(self, it->second, "a member's leaving"))
             return;
           auto id = it->second;
           st.table.gone(id, true, unix_ms());
@@ -419,7 +437,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           else if (auto m = st.table.member_of(name))
             if (auto j = st.members.find(*m); j != st.members.end())
               // the node checks the administrator's ticket itself
-              caf::anon_send(j->second.joiner, drain_atom::value, on, ticket);
+              send_from(self, j->second.joiner, drain_atom::value, on, ticket);
           say(n, fmt::format("node '{}' {}", printable(name),
                              on ? "is drained: no new ranks, elastic jobs leave it"
                                 : "is back in placement (undrained)"));
@@ -608,9 +626,10 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
                        caf::stateful_actor<joiner_state>* self) -> caf::behavior {
     auto& st = self->state;
     settings_of(self->system()).jobs->on_change(
-        [hdl = caf::actor_cast<caf::actor>(self)] { caf::anon_send(hdl, update_atom::value); });
+        [hdl = caf::actor_cast<caf::actor>(self)] { post_from(hdl, update_atom::value); });
     st.timer = random_token();
     st.stop_token = stop_token;
+    self->set_default_handler(drop_unexpected);
     st.host = host;
     st.port = port;
     st.tls = tls;
@@ -644,12 +663,18 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
         },
         // the node's jobs or slots changed (node_book::on_change): report it now, so that
         // the table never places onto a slot a rank took since the last tick
-        [self](update_atom) { report(self); },
+        [self](update_atom) {
+          if (admitted(self, sent_by_itself(self), "the cluster joiner", "a report trigger"))
+            report(self);
+        },
         // An administrator drained (or undrained) this node through the table: the
         // administrator's own ticket, for this node, made for the table it joined.
         [self](drain_atom, bool on, signed_ticket& ticket) {
           auto& st = self->state;
           auto& n = settings_of(self->system());
+          if (!admitted(self, st.table && sent_by(self, st.table), "the cluster joiner",
+                        "a drain not from its table"))
+            return;
           std::string admin = "(insecure)";
           if (n.creds) {
             try {

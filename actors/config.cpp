@@ -106,20 +106,40 @@ caf::actor spawn_guardian(caf::actor_system& sys) {
       // colocator that does not answer at all.
       self->delayed_send(self, std::chrono::seconds(30), kill_atom::value);
     };
+    self->set_default_handler(drop_unexpected);
+    // Its agent's threads and actors send as the guardian (post_from); a colocator
+    // enlists itself.
+    auto from_itself = [=](const char* what) {
+      return admitted(self, sent_by_itself(self), "the node's guardian", what);
+    };
     return {
         [=](enlist_atom, caf::actor c) {
+          if (!admitted(self, sent_by(self, c) && c.node() == self->system().node(),
+                        "the node's guardian", "an enlisting of another actor"))
+            return;
           self->monitor(c);
           self->state.colocators.push_back(std::move(c));
         },
-        [=](shutdown_atom) { stop("the node agent shut down"); },
+        [=](shutdown_atom) {
+          if (from_itself("a shutdown"))
+            stop("the node agent shut down");
+        },
         // the node drains or is back: every job with ranks here is told (its colocator
         // passes it on to its driver)
         [=](drain_atom, bool on, const std::string& how) {
+          if (!from_itself("a drain"))
+            return;
           for (auto& c : self->state.colocators)
             self->send(c, drain_atom::value, on, how);
         },
-        [=](shutdown_atom, const std::string& why) { stop(why); },
-        [=](kill_atom) { self->quit(caf::exit_reason::user_shutdown); },
+        [=](shutdown_atom, const std::string& why) {
+          if (from_itself("a shutdown"))
+            stop(why);
+        },
+        [=](kill_atom) {
+          if (from_itself("a kill"))
+            self->quit(caf::exit_reason::user_shutdown);
+        },
     };
   });
 }

@@ -44,43 +44,67 @@ public:
   behavior_type make_behavior() override {
     return {
         [this](report_atom, uint32_t slot, std::string& host) {
-          // a worker (or its colocator, for a spawn that failed): never anonymous
-          if (!current_sender())
-            return note_refused(this, "the coordinator", "an anonymous report");
+          // a worker, or its colocator for a spawn that failed: from the node of the
+          // colocator its slot was placed on (checked in on_report), never anonymous
           on_report(slot, host);
         },
-        [this](serve_atom, std::string& bind) { return serve(bind); },
+        // The job's own interface: from the job actor only (actors/senders.hpp).
+        [this](serve_atom, std::string& bind) -> caf::result<served> {
+          if (!from_job("serve"))
+            return refused_error("serve");
+          return serve(bind);
+        },
         [this](allow_atom, std::string& host, std::vector<std::string>& addresses, bool local,
-               uint32_t rank_uid) { allowlist_->add_host(host, addresses, local, rank_uid); },
+               uint32_t rank_uid) {
+          if (from_job("allow"))
+            allowlist_->add_host(host, addresses, local, rank_uid);
+        },
         [this](assign_atom, std::vector<host_slots>& hosts, int32_t min_np,
-               int32_t max_np) -> assignment {
+               int32_t max_np) -> caf::result<assignment> {
+          if (!from_job("assign"))
+            return refused_error("assign");
           try {
-            return {{},
-                    get_host_assignments(hosts, min_np,
-                                         max_np > 0 ? std::optional<int>(max_np) : std::nullopt)};
+            return assignment{{},
+                              get_host_assignments(hosts, min_np,
+                                                   max_np > 0 ? std::optional<int>(max_np)
+                                                              : std::nullopt)};
           } catch (const std::exception& e) {
-            return {e.what(), {}};
+            return assignment{e.what(), {}};
           }
         },
-        [this](expect_atom, std::vector<uint32_t>& ids, std::string& host) {
-          return expect(std::move(ids), std::move(host));
+        [this](expect_atom, std::vector<uint32_t>& ids, std::string& host,
+               caf::node_id& node) -> caf::result<std::vector<std::string>> {
+          if (!from_job("expect"))
+            return refused_error("expect");
+          return expect(std::move(ids), std::move(host), std::move(node));
         },
-        [this](barrier_atom, barrier_spec& spec) { on_barrier(std::move(spec)); },
-        [this](lot_atom, uint64_t g) { return open_lot(g); },
+        [this](barrier_atom, barrier_spec& spec) {
+          if (from_job("barrier"))
+            on_barrier(std::move(spec));
+        },
+        [this](lot_atom, uint64_t g) -> caf::result<uint16_t> {
+          if (!from_job("lot"))
+            return refused_error("lot");
+          return open_lot(g);
+        },
         [this](parked_atom, uint64_t lot, int32_t rank, std::string& client) {
           if (from_itself("a parked newcomer"))
             on_parked(lot, rank, client);
         },
         [this](release_atom, uint64_t g) {
-          if (g == gen_.number && !gen_.released)
+          if (from_job("release") && g == gen_.number && !gen_.released)
             release();
         },
-        [this](leave_atom, std::string& key) { leave(key); },
+        [this](leave_atom, std::string& key) {
+          if (from_job("leave"))
+            leave(key);
+        },
         [this](gone_atom, std::string& key) {
-          registrations_.erase(key); // its notification service ended with it
+          if (from_job("gone"))
+            registrations_.erase(key); // its notification service ended with it
         },
         [this](notify_atom, uint64_t g, uint8_t change) {
-          if (g != gen_.number)
+          if (!from_job("notify") || g != gen_.number)
             return;
           publish_held_update();
           notice_gen_ = g;
@@ -90,12 +114,18 @@ public:
           send_notification();
         },
         [this](stop_atom) {
+          if (!from_job("stop"))
+            return;
           closed_ = true;
           for (auto& key : gen_.votes)
             answer(key, slot_not_in_job);
           gen_.votes.clear();
         },
-        [this](gloo_atom) { return links(); },
+        [this](gloo_atom) -> caf::result<gloo_links> {
+          if (!from_job("gloo"))
+            return refused_error("gloo");
+          return links();
+        },
         // from the rendezvous server's and the notifications' threads only (they send as
         // this actor; actors/senders.hpp)
         [this](vote_atom, std::string& host, int32_t lr) {
@@ -138,6 +168,10 @@ public:
 private:
   bool from_itself(const char* what) {
     return admitted(this, sent_by_itself(this), "the coordinator", what);
+  }
+
+  bool from_job(const char* what) {
+    return admitted(this, sent_by(this, job_), "the coordinator", what);
   }
 
   template <class... Ts> void log(fmt::format_string<Ts...> f, Ts&&... xs) {
@@ -249,23 +283,35 @@ private:
   struct expectation {
     std::vector<uint32_t> ids;
     std::string host;
+    caf::node_id node; // the colocator's: its workers report from there
     caf::typed_response_promise<std::vector<std::string>> rp;
   };
 
-  caf::result<std::vector<std::string>> expect(std::vector<uint32_t> ids, std::string host) {
+  caf::result<std::vector<std::string>> expect(std::vector<uint32_t> ids, std::string host,
+                                               caf::node_id node) {
     auto serial = next_expectation_++;
     auto rp = make_response_promise<std::vector<std::string>>();
-    expected_.emplace(serial, expectation{std::move(ids), std::move(host), rp});
+    expected_.emplace(serial, expectation{std::move(ids), std::move(host), std::move(node), rp});
     delayed_send(this, cfg_.start_timeout, deadline_atom::value, dl_reports | (serial << 4));
     check_reports(serial, false);
     return rp;
   }
 
+  // A slot's report counts only from the node its colocator runs on (the job asks for the
+  // batch before the colocator spawns a worker, so the expectation is always here first);
+  // a report of a slot nobody waits for (late, or made up) leaves nothing behind.
   void on_report(uint32_t slot, const std::string& host) {
-    reports_[slot] = host;
-    for (auto& [serial, e] : expected_)
-      if (std::find(e.ids.begin(), e.ids.end(), slot) != e.ids.end())
-        return check_reports(serial, false);
+    auto& sender = current_sender();
+    for (auto& [serial, e] : expected_) {
+      if (std::find(e.ids.begin(), e.ids.end(), slot) == e.ids.end())
+        continue;
+      if (!admitted(this, sender && sender->node() == e.node, "the coordinator",
+                    fmt::format("a report of slot {}{}", slot,
+                                sender ? " placed on another node" : "")))
+        return;
+      reports_[slot] = host;
+      return check_reports(serial, false);
+    }
   }
 
   // Answers the batch once every worker reported, or at its deadline.

@@ -87,7 +87,8 @@ job::behavior_type job::make_behavior() {
       },
       [this](discover_atom, uint64_t) {
         // the table's nudge: ask it now (with a ticket, as every time)
-        if (!ec_.cluster || done_)
+        if (!ec_.cluster || done_
+            || !admitted(this, sent_by(this, table_), "the job", "a nudge not from its table"))
           return;
         if (discovering_) {
           nudged_ = true;

@@ -371,6 +371,7 @@ private:
   // the table nudges: a run the timer found busy, or a nudge that came during a run,
   // waits for that run's end; only the timer's runs set the next timer.
   bool timer_run_ = false, timer_missed_ = false, nudged_ = false;
+  caf::actor_addr table_; // the cluster's table last asked: its nudges are taken
   int discovery_runs_ = 0;
   std::deque<std::string> connect_queue_; // agents waiting for a place in the window
   size_t connects_in_flight_ = 0;

@@ -29,6 +29,7 @@ void job::discover_from_cluster() {
             auto table = caf::actor_cast<cluster_actor>(published);
             if (!table)
               return on_discovered(false, "could not find a cluster table there");
+            table_ = table.address();
             signed_ticket ticket;
             if (job_.creds) {
               try {

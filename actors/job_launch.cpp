@@ -54,7 +54,7 @@ void job::start_slots(const std::string& hostname,
     maybe_finish(); // a failure above may have left nothing running
   };
   request(coord_, job_.start_timeout + std::chrono::seconds(1), expect_atom::value, ids,
-          h->info.name)
+          h->info.name, h->colocator.node())
       .then(
           [both, ready](std::vector<std::string>& reports) {
             both->reports = std::move(reports);

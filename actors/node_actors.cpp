@@ -89,7 +89,7 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
   }
   if (node.guardian) {
     self->link_to(node.guardian);
-    caf::anon_send(node.guardian, enlist_atom::value, caf::actor_cast<caf::actor>(self));
+    send_from(self, node.guardian, enlist_atom::value, caf::actor_cast<caf::actor>(self));
   }
   self->monitor(driver);
   self->set_default_handler(drop_unexpected);

@@ -337,10 +337,11 @@ using coordinator_full_actor = coordinator_actor::extend<
     caf::reacts_to<allow_atom, std::string, std::vector<std::string>, bool, uint32_t>,
     // a generation's ranks over these hosts (Horovod's algorithm): min np, max np (0: none)
     caf::replies_to<assign_atom, std::vector<host_slots>, int32_t, int32_t>::with<assignment>,
-    // workers of these slots are being spawned on this host: answered when each reported
-    // (per slot "" or what was wrong: another host, no report before the start timeout)
-    caf::replies_to<expect_atom, std::vector<uint32_t>,
-                    std::string>::with<std::vector<std::string>>,
+    // workers of these slots are being spawned on this host, by a colocator on this node
+    // (reports count only from there): answered when each reported (per slot "" or what
+    // was wrong: another host, no report before the start timeout)
+    caf::replies_to<expect_atom, std::vector<uint32_t>, std::string,
+                    caf::node_id>::with<std::vector<std::string>>,
     caf::reacts_to<barrier_atom, barrier_spec>, // a generation formed
     // warm joins: the port of forming generation G's parking lot, where its newcomers
     // wait at their first rendezvous until its release (0: none could be opened)

@@ -38,6 +38,12 @@ template <class Handle, class... Ts> void post_from(const Handle& self, Ts&&... 
   caf::send_as(self, self, std::forward<Ts>(xs)...);
 }
 
+/// `self` sends `dest` a message as itself where CAF's typed send() cannot (a typed actor
+/// to an untyped one): the receiver sees who sent it.
+template <class Self, class Dest, class... Ts> void send_from(Self* self, const Dest& dest, Ts&&... xs) {
+  caf::unsafe_send_as(self, dest, std::forward<Ts>(xs)...);
+}
+
 /// Messages refused for their sender in this process so far.
 inline std::atomic<uint64_t> refused_messages{0};
 

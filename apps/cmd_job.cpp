@@ -276,7 +276,7 @@ int start_job(job_request r) {
   step.reset();   // ... or with their srun step
   exit_watchdog(result->exit_code);
   if (cfg.node->guardian)
-    caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+    post_from(cfg.node->guardian, shutdown_atom::value);
   return result->exit_code;
 }
 

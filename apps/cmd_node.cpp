@@ -21,6 +21,7 @@
 
 #include "actors/cluster.hpp"
 #include "actors/config.hpp"
+#include "actors/senders.hpp"
 #include "actors/protocol.hpp"
 #include "apps/cli.hpp"
 #include "runtime/observe/text.hpp"
@@ -345,7 +346,7 @@ int start_node(const node_options& o) {
         // next commit); the ranks' end, the grace or another signal ends the wait. Every
         // job with ranks here is told now, not when its ranks are stopped.
         if (!cfg.node->draining->exchange(true))
-          caf::anon_send(cfg.node->guardian, drain_atom::value, true,
+          post_from(cfg.node->guardian, drain_atom::value, true,
                          fmt::format("its agent received SIGTERM and stops within {} s "
                                      "(--drain-grace)",
                                      o.drain_grace));
@@ -417,7 +418,7 @@ int start_node(const node_options& o) {
     // exits reach the drivers, saying that this agent stopped them.
     caf::scoped_actor self{sys};
     self->monitor(cfg.node->guardian);
-    self->send(cfg.node->guardian, shutdown_atom::value,
+    post_from(cfg.node->guardian, shutdown_atom::value,
                stop_why.empty() ? fmt::format("node agent '{}' received {}", name, strsignal(sig))
                                 : stop_why);
     self->receive([](caf::down_msg&) {},
@@ -429,7 +430,7 @@ int start_node(const node_options& o) {
                             name);
                       });
   }
-  caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  post_from(cfg.node->guardian, shutdown_atom::value);
   caf::anon_send_exit(table, caf::exit_reason::user_shutdown);
   if (joiner)
     caf::anon_send_exit(joiner, caf::exit_reason::user_shutdown);

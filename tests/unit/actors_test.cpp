@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "actors/config.hpp"
+#include "actors/senders.hpp"
 #include "actors/node_actors.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/network/net.hpp"
@@ -100,7 +101,7 @@ TEST_CASE_FIXTURE(fixture,
                 caf::after(std::chrono::seconds(0)) >> [] {});
   CHECK(colocator_down);
   caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
-  caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  post_from(cfg.node->guardian, shutdown_atom::value);
   sched.run();
 }
 
@@ -132,7 +133,20 @@ TEST_CASE_FIXTURE(fixture,
   sched.run();
   caf::scoped_actor self{sys};
   self->monitor(guardian);
-  caf::anon_send(guardian, shutdown_atom::value, std::string{"node agent 'g' received Terminated"});
+  // Another actor's shutdown, drain or kill (or one without a sender: a peer's looks the
+  // same) does nothing: only the agent's own, sent as the guardian, count.
+  auto before = refused_messages.load();
+  caf::anon_send(guardian, shutdown_atom::value, std::string{"forged"});
+  self->send(guardian, drain_atom::value, true, std::string{"forged drain"});
+  self->send(guardian, kill_atom::value);
+  self->send(guardian, enlist_atom::value, caf::actor_cast<caf::actor>(driver));
+  sched.run();
+  CHECK(log->stops.empty());
+  CHECK(refused_messages.load() == before + 4);
+  bool gone = false;
+  self->receive([&](caf::down_msg&) { gone = true; }, caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK_FALSE(gone);
+  post_from(guardian, shutdown_atom::value, std::string{"node agent 'g' received Terminated"});
   sched.run();
   CHECK(log->stops == std::vector<std::string>{"node agent 'g' received Terminated"});
   bool down = false;
@@ -357,6 +371,6 @@ TEST_CASE_FIXTURE(fixture, "a colocator obeys only its driver, its agent and its
   sched.run();
   caf::anon_send_exit(foreign, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(colocator, caf::exit_reason::user_shutdown);
-  caf::anon_send(cfg.node->guardian, shutdown_atom::value);
+  post_from(cfg.node->guardian, shutdown_atom::value);
   sched.run();
 }

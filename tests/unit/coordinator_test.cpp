@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,7 +29,18 @@ struct heard {
   std::vector<std::string> events;
 };
 
-coordinator_client_actor::behavior_type fake_job(std::shared_ptr<heard> h) {
+// The job: what the coordinator tells it, recorded; and the job's requests the tests
+// make, relayed (the coordinator takes them from its job only).
+caf::behavior fake_job(caf::event_based_actor* self, std::shared_ptr<heard> h,
+                       std::shared_ptr<coordinator_full_actor> coord) {
+  auto relay = [=](auto answer, auto... xs) {
+    using value = decltype(answer);
+    auto rp = self->make_response_promise<value>();
+    self->request(*coord, caf::infinite, xs...)
+        .then([rp](value& x) mutable { rp.deliver(std::move(x)); },
+              [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+    return rp;
+  };
   return {
       [=](complete_atom, uint64_t g) { h->complete.push_back(g); },
       [=](rejoin_atom, std::string& key) { h->rejoins.push_back(key); },
@@ -39,6 +51,12 @@ coordinator_client_actor::behavior_type fake_job(std::shared_ptr<heard> h) {
       [](parked_atom, uint64_t, std::string&) {},
       [](tstore_atom, std::string&) {},
       [=](event_atom, std::string& name, std::string&) { h->events.push_back(name); },
+      [=](expect_atom a, std::vector<uint32_t>& ids, std::string& host, caf::node_id& node) {
+        return relay(std::vector<std::string>{}, a, ids, host, node);
+      },
+      [=](assign_atom a, std::vector<host_slots>& hosts, int32_t min_np, int32_t max_np) {
+        return relay(assignment{}, a, hosts, min_np, max_np);
+      },
   };
 }
 
@@ -54,6 +72,7 @@ struct fixture {
   std::shared_ptr<heard> h = std::make_shared<heard>();
   coordinator_full_actor coord;
   coordinator_client_actor job;
+  caf::actor job_relay; // the job's untyped handle: it relays the tests' requests
 
   explicit fixture(std::chrono::milliseconds elastic_timeout = std::chrono::seconds(600)) {
     coordinator_config c;
@@ -61,8 +80,10 @@ struct fixture {
     c.torch_store = torch_store_mode::off;
     c.start_timeout = std::chrono::seconds(30);
     c.elastic_timeout = elastic_timeout;
-    job = sys.spawn(fake_job, h);
-    coord = spawn_coordinator(sys, c, job);
+    auto ref = std::make_shared<coordinator_full_actor>();
+    job_relay = sys.spawn(fake_job, h, ref);
+    job = caf::actor_cast<coordinator_client_actor>(job_relay);
+    coord = *ref = spawn_coordinator(sys, c, job);
     sched.run();
   }
   ~fixture() {
@@ -73,7 +94,7 @@ struct fixture {
 
   template <class T, class... Ts> T ask(Ts&&... xs) {
     caf::scoped_actor self{sys};
-    auto r = self->request(coord, caf::infinite, std::forward<Ts>(xs)...);
+    auto r = self->request(job_relay, caf::infinite, std::forward<Ts>(xs)...);
     sched.run();
     T out{};
     bool got = false;
@@ -88,7 +109,12 @@ struct fixture {
   }
 
   void report(uint32_t slot, const std::string& host) {
-    caf::send_as(job, coord, report_atom::value, slot, host); // as some worker
+    caf::send_as(job, coord, report_atom::value, slot, host); // as a worker of this node
+    sched.run();
+  }
+  // The job tells the coordinator something.
+  template <class... Ts> void tell(Ts&&... xs) {
+    caf::send_as(job, coord, std::forward<Ts>(xs)...);
     sched.run();
   }
   void vote(const std::string& host, int lr) {
@@ -98,9 +124,11 @@ struct fixture {
 
   // The registration answer for `ids` on `host`, after `between` ran.
   std::vector<std::string> expect(const std::vector<uint32_t>& ids, const std::string& host,
-                                  const std::function<void()>& between) {
+                                  const std::function<void()>& between,
+                                  std::optional<caf::node_id> node = std::nullopt) {
     caf::scoped_actor self{sys};
-    auto r = self->request(coord, caf::infinite, expect_atom::value, ids, host);
+    auto r = self->request(job_relay, caf::infinite, expect_atom::value, ids, host,
+                           node ? *node : sys.node());
     sched.run();
     between();
     sched.run();
@@ -161,10 +189,81 @@ TEST_CASE_FIXTURE(fixture, "coordinator: workers that report their host are regi
   CHECK(got == std::vector<std::string>{"", ""});
 }
 
-TEST_CASE_FIXTURE(fixture, "coordinator: a report that comes before the job's expectation counts") {
+TEST_CASE_FIXTURE(fixture, "coordinator: a report of a slot nobody waits for leaves nothing "
+                           "behind") {
+  // The job asks for a batch before its colocator spawns a worker: a report that comes
+  // first is made up (or late), and must not stand in for the worker's own.
   report(7, "b");
-  auto got = expect({7}, "b", [] {});
-  CHECK(got == std::vector<std::string>{""});
+  auto got = expect({7}, "b", [&] { sched.trigger_timeouts(); });
+  CHECK(got == std::vector<std::string>{"its worker did not report its host within 30 s "
+                                        "(--start-timeout)"});
+}
+
+TEST_CASE_FIXTURE(fixture, "coordinator: a report counts only from the node of the slot's "
+                           "colocator") {
+  auto before = refused_messages.load();
+  auto elsewhere = caf::make_node_id(4242, "0123456789012345678901234567890123456789");
+  REQUIRE(elsewhere);
+  // Slot 8's colocator runs on another node: this node's report of it is refused, and the
+  // slot is named as silent at the deadline (not as registered).
+  auto got = expect({8}, "a", [&] {
+    report(8, "a");
+    sched.trigger_timeouts();
+  }, *elsewhere);
+  CHECK(got == std::vector<std::string>{"its worker did not report its host within 30 s "
+                                        "(--start-timeout)"});
+  CHECK(refused_messages.load() == before + 1);
+  // An anonymous report is refused too.
+  got = expect({9}, "a", [&] {
+    caf::anon_send(coord, report_atom::value, uint32_t{9}, std::string{"a"});
+    sched.run();
+    sched.trigger_timeouts();
+  });
+  CHECK(got == std::vector<std::string>{"its worker did not report its host within 30 s "
+                                        "(--start-timeout)"});
+  CHECK(refused_messages.load() == before + 2);
+}
+
+TEST_CASE_FIXTURE(fixture, "coordinator: the job's messages are taken from the job only") {
+  auto before = refused_messages.load();
+  // A stranger's requests are answered with a refusal, not with the job's data.
+  auto refusal = [&](auto answer, auto... xs) {
+    using value = decltype(answer);
+    caf::scoped_actor stranger{sys};
+    auto r = stranger->request(coord, caf::infinite, xs...);
+    sched.run();
+    std::string said;
+    r.receive([&](value&) { said = "an answer with the job's data"; },
+              [&](caf::error& e) { said = sys.render(e); });
+    return said;
+  };
+  auto no_right = "refused, the sender has no right to it";
+  CHECK_MESSAGE(refusal(assignment{}, assign_atom::value, std::vector<host_slots>{{"a", 1}},
+                        int32_t{1}, int32_t{1})
+                        .find(no_right)
+                    != std::string::npos,
+                "assign");
+  CHECK(refusal(std::vector<std::string>{}, expect_atom::value, std::vector<uint32_t>{1},
+                std::string{"a"}, sys.node())
+            .find(no_right)
+        != std::string::npos);
+  CHECK(refusal(gloo_links{}, gloo_atom::value).find(no_right) != std::string::npos);
+  CHECK(refusal(uint16_t{}, lot_atom::value, uint64_t{1}).find(no_right) != std::string::npos);
+  CHECK(refusal(served{}, serve_atom::value, std::string{"127.0.0.1"}).find(no_right)
+        != std::string::npos);
+  CHECK(refused_messages.load() == before + 5);
+  // A stranger's barrier and release do not form a generation: the job's own do.
+  std::vector<slot_info> plan{row("a", 0, 0, 1, 0, 2, 2), row("b", 1, 0, 1, 1, 2, 2)};
+  caf::anon_send(coord, barrier_atom::value, spec(2, plan, {}, {"a:0", "b:0"}));
+  sched.run();
+  vote("a", 0);
+  vote("b", 0);
+  CHECK(h->complete.empty());
+  tell(barrier_atom::value, spec(2, plan, {}, {"a:0", "b:0"}));
+  vote("a", 0);
+  vote("b", 0);
+  CHECK(h->complete == std::vector<uint64_t>{2});
+  CHECK(refused_messages.load() == before + 6);
 }
 
 TEST_CASE_FIXTURE(fixture, "coordinator: a worker on another host than its slot's is named with "
@@ -224,7 +323,7 @@ TEST_CASE_FIXTURE(fixture, "coordinator: a generation completes with the last vo
                            "processes it carries over; fresh slots and strangers do not count") {
   auto plan = std::vector<slot_info>{row("a", 0, 0, 1, 0, 3, 3), row("b", 1, 0, 1, 1, 3, 3),
                                      row("c", 2, 0, 1, 2, 3, 3)};
-  caf::anon_send(coord, barrier_atom::value, spec(2, plan, {"c:0"}, {"a:0", "b:0"}));
+  tell(barrier_atom::value, spec(2, plan, {"c:0"}, {"a:0", "b:0"}));
   sched.run();
   vote("a", 0);
   vote("c", 0); // fresh: its process starts with the release, it cannot vote
@@ -233,7 +332,7 @@ TEST_CASE_FIXTURE(fixture, "coordinator: a generation completes with the last vo
   vote("b", 0);
   CHECK(h->complete == std::vector<uint64_t>{2});
   // released: a slot that joined it and votes again asks for the next generation
-  caf::anon_send(coord, release_atom::value, uint64_t{2});
+  tell(release_atom::value, uint64_t{2});
   sched.run();
   vote("c", 0);
   CHECK(h->rejoins == std::vector<std::string>{"c:0"});
@@ -242,15 +341,15 @@ TEST_CASE_FIXTURE(fixture, "coordinator: a generation completes with the last vo
 TEST_CASE_FIXTURE(fixture, "coordinator: held votes carry over to the next plan that keeps their "
                            "slots; a slot the job let go no longer counts") {
   auto two = std::vector<slot_info>{row("a", 0, 0, 1, 0, 2, 2), row("b", 1, 0, 1, 1, 2, 2)};
-  caf::anon_send(coord, barrier_atom::value, spec(2, two, {}, {"a:0", "b:0"}));
+  tell(barrier_atom::value, spec(2, two, {}, {"a:0", "b:0"}));
   sched.run();
   vote("a", 0);
-  caf::anon_send(coord, leave_atom::value, std::string{"b:0"}); // b's host was blacklisted
+  tell(leave_atom::value, std::string{"b:0"}); // b's host was blacklisted
   sched.run();
   vote("b", 0);
   CHECK(h->complete.empty());
   auto one = std::vector<slot_info>{row("a", 0, 0, 1, 0, 1, 1)};
-  caf::anon_send(coord, barrier_atom::value, spec(3, one, {}, {"a:0"}));
+  tell(barrier_atom::value, spec(3, one, {}, {"a:0"}));
   sched.run();
   CHECK(h->complete == std::vector<uint64_t>{3}); // a's vote was held over
 }
@@ -258,7 +357,7 @@ TEST_CASE_FIXTURE(fixture, "coordinator: held votes carry over to the next plan 
 TEST_CASE_FIXTURE(short_deadline, "coordinator: join deadlines that pass are reported with the "
                                   "slots that missed them") {
   auto plan = std::vector<slot_info>{row("a", 0, 0, 1, 0, 2, 2), row("b", 1, 0, 1, 1, 2, 2)};
-  caf::anon_send(coord, barrier_atom::value, spec(2, plan, {}, {"a:0", "b:0"}));
+  tell(barrier_atom::value, spec(2, plan, {}, {"a:0", "b:0"}));
   sched.run();
   vote("a", 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
@@ -272,8 +371,8 @@ TEST_CASE_FIXTURE(short_deadline, "coordinator: join deadlines that pass are rep
 
 TEST_CASE_FIXTURE(fixture, "coordinator: after stop no generation completes") {
   auto plan = std::vector<slot_info>{row("a", 0, 0, 1, 0, 1, 1)};
-  caf::anon_send(coord, barrier_atom::value, spec(2, plan, {}, {"a:0"}));
-  caf::anon_send(coord, stop_atom::value);
+  tell(barrier_atom::value, spec(2, plan, {}, {"a:0"}));
+  tell(stop_atom::value);
   sched.run();
   vote("a", 0);
   CHECK(h->complete.empty());

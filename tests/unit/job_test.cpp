@@ -839,9 +839,9 @@ TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a request at the lot counts for
   discover("a:1:1\nb:2:1\n");
   gloo_progress(*this, 1, "global", 0, false);
   discover("a:1:1\nb:2:1\nc:3:1\n"); // c's newcomer (rank 2) starts, pointed at lot 2
-  caf::anon_send(coordinator(), allow_atom::value, std::string{"a"},
+  caf::send_as(job, coordinator(), allow_atom::value, std::string{"a"},
                  std::vector<std::string>{"10.0.0.1"}, false, uint32_t{0});
-  caf::anon_send(coordinator(), allow_atom::value, std::string{"c"},
+  caf::send_as(job, coordinator(), allow_atom::value, std::string{"c"},
                  std::vector<std::string>{"10.0.0.3"}, false, uint32_t{0});
   vote("a", 0);
   vote("b", 0);
