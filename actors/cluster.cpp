@@ -67,7 +67,9 @@ bool same_report(const member_info& a, const member_info& b) {
   };
   return a.name == b.name && a.address == b.address && a.port == b.port && a.slots == b.slots
          && a.gpus == b.gpus && a.gpus_free == b.gpus_free && a.labels == b.labels
-         && a.draining == b.draining && jobs_equal(a.jobs, b.jobs);
+         && a.draining == b.draining && jobs_equal(a.jobs, b.jobs)
+         && a.refused_connections == b.refused_connections
+         && a.refused_messages == b.refused_messages;
 }
 
 void say(const node_settings& n, const std::string& line) {
@@ -195,6 +197,12 @@ member_info local_member(caf::actor_system& sys, const std::string& address) {
   m.started_ms = n.started_ms;
   m.jobs = n.jobs->snapshot();
   m.draining = n.draining->load();
+  try {
+    m.refused_connections = net::module().wire_refusals();
+  } catch (const std::exception&) {
+  }
+  m.refused_messages = refused_by_peer();
+  m.refused_messages.erase("this process");
   return m;
 }
 

@@ -50,7 +50,7 @@ hvd_config::hvd_config() {
   // A foreign CAF application that finds the port is refused at the handshake, and so is
   // a caf-hvd from before tickets (2): it would take a joining agent's node certificate
   // for a driver's.
-  set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/3"});
+  set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/4"});
   // Two scheduler threads fit this kind of machine; more only adds polling.
   set("scheduler.max-threads", size_t{2});
   // The sharing scheduler: idle workers sleep on a condition variable and wake when work
@@ -148,14 +148,62 @@ caf::actor spawn_guardian(caf::actor_system& sys) {
 
 namespace cafhvd {
 
+namespace {
+
+std::mutex refused_mtx;
+std::map<std::string, uint64_t> refused_peers;
+refused_listener refused_tell;
+
+// How a refused message's sender is named: its node's certificate where the wire guard
+// bound one, else the node.
+std::string peer_name(caf::local_actor* self, const caf::strong_actor_ptr& sender) {
+  if (!sender)
+    return "no sender";
+  if (sender->node() == self->system().node())
+    return "this process";
+  std::string who;
+  try {
+    who = net::module().peer_of(sender->node());
+  } catch (const std::exception&) {
+  }
+  return who.empty() ? "node " + caf::to_string(sender->node()) : who;
+}
+
+} // namespace
+
+std::map<std::string, uint64_t> refused_by_peer() {
+  std::lock_guard g{refused_mtx};
+  return refused_peers;
+}
+
+void on_refused_message(refused_listener listener) {
+  std::lock_guard g{refused_mtx};
+  refused_tell = std::move(listener);
+}
+
 void note_refused(caf::local_actor* self, const char* who, const std::string& what) {
   ++refused_messages;
+  auto sender = self->current_sender();
+  auto peer = peer_name(self, sender);
+  uint64_t count = 0;
+  refused_listener tell;
+  {
+    std::lock_guard g{refused_mtx};
+    // bounded: peers beyond the first 256 are counted together
+    if (refused_peers.size() >= 256 && !refused_peers.count(peer))
+      peer = "other peers";
+    count = ++refused_peers[peer];
+    tell = refused_tell;
+  }
+  if (tell)
+    tell(peer, fmt::format("{} refused {}", who, what), count);
   static line_budget lines;
   uint64_t left_out = 0;
   if (!lines.take(left_out))
     return;
-  auto sender = self->current_sender();
   std::string from = sender ? caf::to_string(sender->address()) : std::string{"no sender"};
+  if (sender && peer != "this process")
+    from += ", " + peer;
   std::fprintf(stderr, "caf-hvd: %s refused %s from %s (not its sender's to give)\n", who,
                what.c_str(), from.c_str());
 }

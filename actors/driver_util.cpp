@@ -1,12 +1,15 @@
 #include "actors/driver_util.hpp"
 
 #include "runtime/network/net.hpp"
+#include "runtime/network/nic.hpp"
+#include "runtime/observe/text.hpp"
 
 #include <cerrno>
 #include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include "runtime/observe/output_writer.hpp"
@@ -70,6 +73,31 @@ std::string output_tag(int rank, int stream) {
   return rank < 0 ? fmt::format("[?]<{}>:", name) : fmt::format("[{}]<{}>:", rank, name);
 }
 
+std::string version_refusal(caf::actor_system& sys, const std::string& peer) {
+  auto ours = caf::get_or(sys.config(), "middleman.app-identifiers", std::vector<std::string>{});
+  auto ours_text = ours.empty() ? std::string{"?"} : fmt::format("{}", fmt::join(ours, ", "));
+  // the agent's as its handshake named them (the wire guard read them; by address)
+  std::vector<std::string> theirs;
+  if (auto colon = peer.rfind(':'); colon != std::string::npos) {
+    auto host = peer.substr(0, colon);
+    auto port = peer.substr(colon + 1);
+    theirs = net::module().peer_versions(peer);
+    if (theirs.empty())
+      if (auto ip = resolve_ipv4(host))
+        theirs = net::module().peer_versions(*ip + ":" + port);
+  }
+  if (theirs.empty())
+    return fmt::format("this caf-hvd speaks {} and the peer another protocol (not a caf-hvd "
+                       "node agent of this version); upgrade both ends to the same release",
+                       ours_text);
+  std::vector<std::string> printable_ids;
+  for (auto& t : theirs)
+    printable_ids.push_back(printable(t));
+  return fmt::format("version {} (this caf-hvd) refuses version {} (the agent at {}): "
+                     "upgrade both ends to the same release",
+                     ours_text, fmt::join(printable_ids, ", "), peer);
+}
+
 std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls,
                           const std::string& peer) {
   if (tls)
@@ -88,7 +116,7 @@ std::string connect_error(caf::actor_system& sys, const caf::error& e, bool tls,
                : "the agent closed the connection during the handshake: it requires "
                  "TLS (drop --insecure and use the cluster's credentials)";
   if (e == caf::sec::incompatible_application_ids)
-    return "the peer is not a caf-hvd node agent of this version";
+    return version_refusal(sys, peer);
   return sys.render(e);
 }
 

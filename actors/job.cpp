@@ -127,7 +127,8 @@ job::behavior_type job::make_behavior() {
           on_late(g, fresh, carrying);
       },
       [this](event_atom, std::string& name, std::string& context) {
-        if (from_coordinator("an event"))
+        // the coordinator's, and this process's refusals of peers (posted as the job)
+        if (sent_by_itself(this) || from_coordinator("an event"))
           events_.emit(name.c_str(), nlohmann::json::parse(context, nullptr, false));
       },
       [this](caf::get_atom) -> caf::result<coordinator_full_actor> {

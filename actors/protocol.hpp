@@ -475,7 +475,8 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, member_info& x) {
   return f(caf::meta::type_name("member_info"), x.name, x.address, x.port, x.slots, x.cpus, x.gpus,
-           x.gpus_free, x.labels, x.started_ms, x.jobs, x.draining);
+           x.gpus_free, x.labels, x.started_ms, x.jobs, x.draining, x.refused_connections,
+           x.refused_messages);
 }
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, member_row& x) {

@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -46,6 +48,18 @@ template <class Self, class Dest, class... Ts> void send_from(Self* self, const 
 
 /// Messages refused for their sender in this process so far.
 inline std::atomic<uint64_t> refused_messages{0};
+
+/// Refused messages so far, per peer: the certificate of the sender's node ("'CN'
+/// (role)"), "no sender" (a peer's anonymous message looks like a local one) or "this
+/// process".
+std::map<std::string, uint64_t> refused_by_peer();
+
+/// Called for each refused message, on the refusing actor's thread: the peer (as above),
+/// what was refused, and that peer's refusals so far. One listener a process (the
+/// driver's event log); it must not block.
+using refused_listener =
+    std::function<void(const std::string& peer, const std::string& what, uint64_t count)>;
+void on_refused_message(refused_listener listener);
 
 /// Counts a refused message and says so on stderr (at most 20 lines a minute).
 void note_refused(caf::local_actor* self, const char* who, const std::string& what);

@@ -12,11 +12,13 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "actors/driver_util.hpp"
 #include "actors/senders.hpp"
 #include "apps/job_options.hpp"
 #include "runtime/observe/dashboard.hpp"
+#include "runtime/observe/line_budget.hpp"
 #include "runtime/network/net.hpp"
 #include "runtime/network/nic.hpp"
 #include "runtime/network/nic_probe.hpp"
@@ -240,7 +242,35 @@ int start_job(job_request r) {
       return 1;
     }
   auto result = std::make_shared<job_result>();
+  bool networked = !job.embedded;
   auto driver = spawn_driver(sys, std::move(job), result);
+  // Peers this process refused (the wire guard's closed connections, the actors' refused
+  // messages) go to the job's event log, at most 20 a minute, each with its peer's count.
+  {
+    auto events = std::make_shared<line_budget>();
+    auto tell = [job_actor = caf::actor_cast<caf::actor>(driver), events](
+                    const char* layer, const std::string& peer, const std::string& address,
+                    const std::string& what, uint64_t count) {
+      uint64_t left_out = 0;
+      if (!events->take(left_out))
+        return;
+      nlohmann::json context{{"layer", layer}, {"peer", peer}, {"what", what}, {"count", count}};
+      if (!address.empty())
+        context["address"] = address;
+      if (left_out)
+        context["not_recorded_before"] = left_out;
+      post_from(job_actor, event_atom::value, std::string{"peer.refused"}, context.dump());
+    };
+    on_refused_message([tell](const std::string& peer, const std::string& what, uint64_t count) {
+      if (peer != "this process")
+        tell("message", peer, {}, what, count);
+    });
+    if (networked)
+      net::module().on_wire_refusal([tell](const std::string& who, const std::string& address,
+                                           const std::string& why, uint64_t count) {
+        tell("wire", who, address, why, count);
+      });
+  }
   // The signal thread forwards SIGINT/SIGTERM/SIGHUP to the driver; SIGUSR2 (blocked
   // like the others) wakes it when the job is over.
   std::thread signals{[driver] {
@@ -262,6 +292,9 @@ int start_job(job_request r) {
   }
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
+  on_refused_message({});
+  if (networked)
+    net::module().on_wire_refusal({});
   flush_output(); // every line the ranks wrote, however slowly stdout drains
   if (live && r.dashboard_keep > 0) {
     std::cerr << fmt::format("caf-hvd: the dashboard keeps the final page for {} s (Ctrl-C "

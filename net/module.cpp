@@ -127,13 +127,23 @@ bool digests_equal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::string certificate_of(const caf::node_id& node) {
+std::string serialized(const caf::node_id& node) {
   std::vector<char> buf;
   caf::binary_serializer sink{nullptr, buf};
   auto copy = node;
   if (sink(copy))
     return {};
-  return wire::certificate_of(std::string(buf.begin(), buf.end()));
+  return std::string(buf.begin(), buf.end());
+}
+
+std::string certificate_of(const caf::node_id& node) {
+  auto s = serialized(node);
+  return s.empty() ? s : wire::certificate_of(s);
+}
+
+std::string peer_of(const caf::node_id& node) {
+  auto s = serialized(node);
+  return s.empty() ? s : wire::peer_of(s);
 }
 
 const api table = [] {
@@ -156,6 +166,9 @@ const api table = [] {
   t.wire_cap = &wire::payload_cap;
   t.certificate_of = &certificate_of;
   t.wire_refusals = &wire::refusals;
+  t.peer_versions = &wire::versions_of;
+  t.peer_of = &peer_of;
+  t.on_wire_refusal = [](wire::refusal_listener l) { wire::on_refusal(std::move(l)); };
   t.own_certificate = [](const cluster_credentials& c) { return wire::certificate_id_of_file(c.cert); };
   return t;
 }();

@@ -33,12 +33,16 @@ struct connection {
   std::string who;  // the certificate: "CN (role)"
   std::string cert; // "CN (sha256:...)"
   bool logged = false;
+  bool versions_noted = false; // the accepting end's application ids, when this end connected
 };
 
 std::mutex mtx;
 guard_policy policy{default_cap, {}, {}, 0, 0};
 std::map<SSL*, connection> connections;
 std::map<std::string, std::string> bound; // node id -> "CN (sha256:...)"
+std::map<std::string, std::string> bound_who; // node id -> "'CN' (role)"
+refusal_listener listener;                    // the driver's event log
+std::map<std::string, std::vector<std::string>> versions; // "ip:port" -> its application ids
 std::map<std::string, uint64_t> counts;
 
 std::string fingerprint(X509* cert) {
@@ -96,10 +100,13 @@ connection& connection_of(SSL* ssl) {
   if (cert)
     X509_free(cert);
   auto claimed_by = c.cert;
+  auto who = c.who;
   c.guard = std::make_unique<basp_guard>(
-      policy, SSL_is_server(ssl) == 1, [claimed_by](const std::string& node) -> std::string {
+      policy, SSL_is_server(ssl) == 1, [claimed_by, who](const std::string& node) -> std::string {
         // called under mtx (inbound holds it)
         auto [it, fresh] = bound.emplace(node, claimed_by);
+        if (fresh)
+          bound_who.emplace(node, who);
         if (fresh || it->second == claimed_by)
           return {};
         return fmt::format("a handshake claiming node id {}, which certificate {} holds",
@@ -161,29 +168,48 @@ bool guard_off() {
 std::string inbound(SSL* ssl, const void* data, int n) {
   std::string why;
   std::string who;
+  uint64_t count = 0;
+  refusal_listener tell;
   {
     std::lock_guard g{mtx};
     auto& c = connection_of(ssl);
+    // The accepting end's application ids, once: CAF refuses other versions with a bare
+    // error code, and the connect's error names both versions from them.
+    auto note_versions = [&] {
+      if (c.versions_noted || c.guard->peer_applications().empty())
+        return;
+      c.versions_noted = true;
+      if (versions.size() > 4096)
+        versions.clear();
+      versions[peer_address(SSL_get_fd(ssl))] = c.guard->peer_applications();
+    };
     if (guard_off()) {
       // off: only the handshake is read, for the binding that tickets name
       if (c.guard->peer_node().empty())
         c.guard->feed(static_cast<const uint8_t*>(data), static_cast<size_t>(n));
+      note_versions();
       return {};
     }
     why = c.guard->feed(static_cast<const uint8_t*>(data), static_cast<size_t>(n));
+    note_versions();
     if (why.empty() || c.logged)
       return why;
     c.logged = true;
     who = c.who;
     ++counts[who];
+    count = counts[who];
+    tell = listener;
   }
+  auto address = peer_address(SSL_get_fd(ssl));
+  if (tell)
+    tell(who, address, why, count);
   uint64_t left_out = 0;
   if (refusal_lines.take(left_out)) {
     if (left_out)
       std::fprintf(stderr, "caf-hvd: %llu further wire refusals were not logged\n",
                    static_cast<unsigned long long>(left_out));
     std::fprintf(stderr, "caf-hvd: refused %s from %s: %s; connection closed\n", who.c_str(),
-                 peer_address(SSL_get_fd(ssl)).c_str(), why.c_str());
+                 address.c_str(), why.c_str());
   }
   return why;
 }
@@ -197,6 +223,23 @@ std::string certificate_of(const std::string& node) {
   std::lock_guard g{mtx};
   auto it = bound.find(node);
   return it == bound.end() ? std::string{} : it->second;
+}
+
+std::string peer_of(const std::string& node) {
+  std::lock_guard g{mtx};
+  auto it = bound_who.find(node);
+  return it == bound_who.end() ? std::string{} : it->second;
+}
+
+void on_refusal(refusal_listener l) {
+  std::lock_guard g{mtx};
+  listener = std::move(l);
+}
+
+std::vector<std::string> versions_of(const std::string& peer) {
+  std::lock_guard g{mtx};
+  auto it = versions.find(peer);
+  return it == versions.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::map<std::string, uint64_t> refusals() {

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <openssl/ssl.h>
 
@@ -39,6 +41,19 @@ std::string certificate_of(const std::string& node);
 std::string certificate_id(x509_st* cert);
 /// ... of the certificate in a PEM file, or empty when it does not load.
 std::string certificate_id_of_file(const std::string& pem);
+
+/// The certificate a node id is bound to as refusals name it ("'CN' (role)"), or empty.
+std::string peer_of(const std::string& node);
+
+/// Called (outside the guard's lock) for each connection it closes: the certificate
+/// ("'CN' (role)"), the peer's address, the rule, and that certificate's refusals so far.
+using refusal_listener = std::function<void(const std::string& who, const std::string& address,
+                                            const std::string& why, uint64_t count)>;
+void on_refusal(refusal_listener listener);
+
+/// The application ids that the agent at `peer` ("ip:port") sent in its handshake when
+/// this process last connected to it, or none.
+std::vector<std::string> versions_of(const std::string& peer);
 
 /// Refusals so far, per certificate ("CN (role)").
 std::map<std::string, uint64_t> refusals();

@@ -663,6 +663,22 @@ std::string render_status(const cluster_view& v) {
                             : fmt::format("{} {}", n.state, ago(v.now_ms, n.gone_ms))});
   }
   out += table(rows);
+  // What each agent refused, per peer: a peer that breaks the wire's rules or sends
+  // messages it has no right to (docs/security.md)
+  std::vector<std::vector<std::string>> refused{
+      {"REFUSED BY", "PEER", "CONNECTIONS", "MESSAGES"}};
+  for (auto& n : v.nodes) {
+    std::map<std::string, std::pair<uint64_t, uint64_t>> per_peer;
+    for (auto& [peer, count] : n.info.refused_connections)
+      per_peer[peer].first = count;
+    for (auto& [peer, count] : n.info.refused_messages)
+      per_peer[peer].second = count;
+    for (auto& [peer, counts] : per_peer)
+      refused.push_back({printable(n.info.name), printable(peer), std::to_string(counts.first),
+                         std::to_string(counts.second)});
+  }
+  if (refused.size() > 1)
+    out += table(refused);
   // Jobs, from every node's report: where each one's ranks run.
   struct job_row {
     std::string owner;
@@ -719,6 +735,8 @@ nlohmann::json status_json(const cluster_view& v) {
                      {"joined_ms", n.joined_ms},
                      {"last_seen_ms", n.last_seen_ms},
                      {"gone_ms", n.gone_ms},
+                     {"refused_connections", n.info.refused_connections},
+                     {"refused_messages", n.info.refused_messages},
                      {"jobs", jobs}});
   }
   return {{"holder", v.holder}, {"now_ms", v.now_ms}, {"nodes", nodes}};

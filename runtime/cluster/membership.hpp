@@ -70,6 +70,9 @@ struct member_info {
   int64_t started_ms = 0;          // Unix ms when the agent started
   std::vector<job_summary> jobs;
   bool draining = false; // reserved for drain (it takes no new work)
+  // what its agent refused since it started, per peer ("'CN' (role)"): connections the
+  // wire guard closed, messages its actors refused for their sender
+  std::map<std::string, uint64_t> refused_connections, refused_messages;
 };
 
 /// A row of the table.

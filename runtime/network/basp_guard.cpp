@@ -50,6 +50,34 @@ varbyte read_varbyte(std::string_view in, size_t at) {
   return {0, -1};
 }
 
+// A sequence of strings at the start of `in` (CAF's std::vector<std::string>): 1 and
+// `out` when it parses, 0 when `in` ends first, -1 when it is no such sequence (or more
+// than a handshake's application ids would hold).
+int read_strings(std::string_view in, std::vector<std::string>& out) {
+  size_t at = 0;
+  auto count = read_varbyte(in, at);
+  if (count.size <= 0)
+    return static_cast<int>(count.size);
+  if (count.value > 64)
+    return -1;
+  at += count.size;
+  std::vector<std::string> xs;
+  for (uint64_t i = 0; i < count.value; ++i) {
+    auto len = read_varbyte(in, at);
+    if (len.size <= 0)
+      return static_cast<int>(len.size);
+    if (len.value > 1024)
+      return -1;
+    at += len.size;
+    if (at + len.value > in.size())
+      return 0;
+    xs.emplace_back(in.substr(at, len.value));
+    at += len.value;
+  }
+  out = std::move(xs);
+  return 1;
+}
+
 const uint64_t default_kind = atom_value("default");
 const uint64_t no_kind = atom_value("");
 
@@ -223,6 +251,14 @@ void basp_guard::on_prefix(bool final) {
       if (node != peer_)
         return refuse("a repeated handshake claiming another node id");
       return decided();
+    }
+    if (op_ == basp_op::server_handshake) {
+      // the accepting end's application ids follow (CAF compares them with its own): kept
+      // so that a refusal can name both versions; one that does not parse is CAF's to
+      // refuse
+      auto got = read_strings(in.substr(size), peer_apps_);
+      if (got == 0 && !final)
+        return; // more bytes to come
     }
     if (claim_)
       if (auto why = claim_(node); !why.empty())

@@ -79,6 +79,9 @@ public:
   /// The node id the peer's handshake named (serialized), empty before it.
   const std::string& peer_node() const { return peer_; }
   uint64_t frames() const { return frames_; }
+  /// The application ids of the accepting end's handshake (this end connected), as far
+  /// as they parsed; empty before it.
+  const std::vector<std::string>& peer_applications() const { return peer_apps_; }
 
 private:
   void on_header();
@@ -90,6 +93,7 @@ private:
   claim_fn claim_;
   std::string refused_;
   std::string peer_;
+  std::vector<std::string> peer_apps_;
   uint64_t frames_ = 0;
   // the frame being read
   uint8_t header_[basp_header_size] = {};

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -26,7 +27,7 @@
 namespace cafhvd::net {
 
 /// Changes whenever the table below changes: a module from another build is refused.
-inline constexpr uint32_t abi_version = 3;
+inline constexpr uint32_t abi_version = 4;
 
 struct api {
   uint32_t abi = abi_version;
@@ -84,6 +85,17 @@ struct api {
   std::string (*own_certificate)(const cluster_credentials& creds);
   /// Connections closed for breaking the wire's rules, per certificate ("'CN' (role)").
   std::map<std::string, uint64_t> (*wire_refusals)();
+  /// The application ids (caf-hvd's protocol version) that the agent at `peer`
+  /// ("ip:port") named in its handshake when this process last connected, or none.
+  std::vector<std::string> (*peer_versions)(const std::string& peer);
+  /// The certificate a peer's node id is bound to, as refusals name it ("'CN' (role)"),
+  /// or empty.
+  std::string (*peer_of)(const caf::node_id& node);
+  /// Called (on a network thread) for each connection the guard closes: the certificate
+  /// ("'CN' (role)"), the peer's address, the rule, that certificate's refusals so far.
+  void (*on_wire_refusal)(std::function<void(const std::string& who, const std::string& address,
+                                             const std::string& why, uint64_t count)>
+                              listener);
 };
 
 /// The module's table, loading the module on the first call (thread-safe). Looks next to

@@ -13,6 +13,11 @@
 //   MODE: records (default: each attempt's frames, several, in one TLS record) or bytes
 //         (one byte per TLS record)
 //   SEED: the node id this peer claims (the same seed claims the same id; default random)
+//
+// usage: caf-hvd-basp-forge CREDS_DIR ROLE --serve-version APP_ID PORT_FILE
+//   An agent of another caf-hvd version: listens on 127.0.0.1 (its port written to
+//   PORT_FILE), answers each connection with a server handshake that names APP_ID as its
+//   application id, and reads until the peer closes it; for 60 s.
 #include <arpa/inet.h>
 #include <chrono>
 #include <csignal>
@@ -21,6 +26,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <random>
+#include <set>
 #include <string>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,6 +36,7 @@
 #include <openssl/ssl.h>
 
 #include <caf/io/basp/header.hpp>
+#include <caf/io/basp/version.hpp>
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
@@ -192,9 +199,70 @@ struct forger {
   }
 };
 
+// An agent of another version (see the usage above).
+int serve_version(const std::string& dir, const std::string& role, const std::string& app_id,
+                  const std::string& port_file) {
+  hvd_config cfg;
+  caf::actor_system sys{cfg};
+  auto* ctx = SSL_CTX_new(TLS_server_method());
+  if (SSL_CTX_use_certificate_chain_file(ctx, (dir + "/" + role + ".pem").c_str()) != 1
+      || SSL_CTX_use_PrivateKey_file(ctx, (dir + "/" + role + ".key").c_str(), SSL_FILETYPE_PEM)
+             != 1
+      || SSL_CTX_load_verify_locations(ctx, (dir + "/ca.pem").c_str(), nullptr) != 1) {
+    std::fprintf(stderr, "cannot load %s's %s credentials\n", dir.c_str(), role.c_str());
+    return 2;
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  socklen_t len = sizeof(sa);
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(lfd, 8) != 0
+      || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    std::perror("listen");
+    return 2;
+  }
+  if (auto* f = std::fopen(port_file.c_str(), "w")) {
+    std::fprintf(f, "%u\n", ntohs(sa.sin_port));
+    std::fclose(f);
+  }
+  forger f{sys, ctx, "127.0.0.1", 0, {}, {}};
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd pfd{lfd, POLLIN, 0};
+    if (::poll(&pfd, 1, 200) <= 0)
+      continue;
+    tls_peer p;
+    p.fd = ::accept(lfd, nullptr, nullptr);
+    if (p.fd < 0)
+      continue;
+    timeval tv{5, 0};
+    setsockopt(p.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    p.ssl = SSL_new(ctx);
+    SSL_set_fd(p.ssl, p.fd);
+    if (SSL_accept(p.ssl) != 1)
+      continue;
+    // CAF 0.17.6's server handshake: this node, its application ids, the published
+    // actor (none) and its interface
+    auto payload = f.node_bytes(4321, 3) + f.bytes(std::vector<std::string>{app_id})
+                   + f.bytes(uint64_t{0}, std::set<std::string>{});
+    write_all(p, f.frame(basp::message_type::server_handshake, 0, basp::version, 0, 0, payload));
+    std::printf("answered a connection as %s: %s\n", app_id.c_str(),
+                closed_soon(p) ? "the peer closed it" : "the peer kept it");
+    std::fflush(stdout);
+  }
+  SSL_CTX_free(ctx);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 6 && std::string(argv[3]) == "--serve-version") {
+    std::signal(SIGPIPE, SIG_IGN);
+    return serve_version(argv[1], argv[2], argv[4], argv[5]);
+  }
   if (argc < 7) {
     std::fprintf(stderr, "usage: %s CREDS_DIR ROLE HOST PORT MARKER MAX_ACTOR_ID [MODE]\n",
                  argv[0]);

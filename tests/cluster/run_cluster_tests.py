@@ -635,6 +635,49 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             self.assertRegex(log, r"certificate 'bob' \(serial [0-9A-F]+\) is revoked")
             self.assertFalse(os.path.exists(f"/tmp/pwned.{self.marker}"))
 
+    def test_an_agent_of_another_version_is_refused_naming_both_versions(self):
+        """A rolling upgrade meets an agent of another caf-hvd version (a peer whose
+        handshake names application id caf-hvd/2): a driver and a joining agent both stop at
+        once with an error that names both versions and the agent's address, not a timeout
+        or a bare CAF error code."""
+        forge = os.environ.get("CAF_HVD_BASP_FORGE") or os.path.join(
+            os.path.dirname(os.path.dirname(harness.CAF_HVD)), "tests", "caf-hvd-basp-forge")
+        with tempfile.TemporaryDirectory() as d:
+            c = make_cluster(os.path.join(d, "c"))
+            self.cluster_cmd("add-node", "old", c)
+            self.cluster_cmd("add-node", "new", c)
+            self.cluster_cmd("add-driver", "alice", c, "--out", f"{d}/alice")
+            portfile = os.path.join(d, "port")
+            old = subprocess.Popen([forge, f"{c}/issued/old", "node", "--serve-version",
+                                    "caf-hvd/2", portfile], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            self.addCleanup(harness.reap, [old])
+            deadline = time.monotonic() + 10
+            while not (os.path.exists(portfile) and open(portfile).read().strip()):
+                self.assertIsNone(old.poll(), old.stdout.read() if old.poll() is not None else "")
+                self.assertLess(time.monotonic(), deadline, "the old agent never listened")
+                time.sleep(0.05)
+            port = int(open(portfile).read())
+            both = (rf"version caf-hvd/\d+ \(this caf-hvd\) refuses version caf-hvd/2 \(the "
+                    rf"agent at 127\.0\.0\.1:{port}\): upgrade both ends to the same release")
+            rc, out, err = self.c.run(["driver", "--cluster-dir", f"{d}/alice", "-np", "1", "-H",
+                                       f"127.0.0.1:{port}:1", "--", "true"])
+            self.assertEqual(rc, 1, out + err)
+            self.assertRegex(err, both)
+            # a new agent joining an old table gives up on its first try, saying the same
+            r = subprocess.run([harness.CAF_HVD, "node", "--name", "new", "--port", "0",
+                                "--bind", "127.0.0.1", "--cluster-dir", f"{c}/issued/new",
+                                "--join", f"127.0.0.1:{port}"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stderr, r"cannot join the cluster at 127\.0\.0\.1:\d+: " + both)
+            # and so does `caf-hvd status`
+            r = subprocess.run([harness.CAF_HVD, "status", "--cluster", f"127.0.0.1:{port}",
+                                "--cluster-dir", f"{d}/alice"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+            self.assertRegex(r.stderr, r"cannot reach the cluster at 127\.0\.0\.1:\d+: " + both)
+
     def test_pre_role_member_certificates_work_with_a_warning(self):
         if not shutil.which("openssl"):
             self.skipTest("the openssl command is needed to make a pre-role certificate")

@@ -9,6 +9,7 @@ Skips with a clear message when not run as root. Prints 'N passed, N failed'."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from harness import free_port, issue, leftover_ranks, rank_lines, reap, run_suit
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ATTACK = os.path.join(HERE, "isolation_attack.py")
 FORGE = os.environ.get("CAF_HVD_BASP_FORGE", "caf-hvd-basp-forge")
+CAF_FORGE = os.environ.get("CAF_HVD_CAF_FORGE", "caf-hvd-caf-forge")
 AGENT_UID, ALICE, BOB, JOBACCT, DAEMON = 20000, 20001, 20002, 20003, 120
 CAPS = "+setuid,+setgid,+kill,+sys_ptrace,+dac_read_search"
 
@@ -220,6 +222,40 @@ class IsolationTest(unittest.TestCase):
                          "open")
         self.assertEqual(self.forge(bob, "driver", marker, 1, seed=4711)["claim of node id 4711"],
                          "closed")
+        # the same as an ordinary CAF program: caf-hvd's own message types over a connection
+        # opened as a driver opens one, to a proxy of each actor id from the BASP broker
+        r = subprocess.run([CAF_FORGE, bob, "127.0.0.1", str(self.port), marker, "300"],
+                           capture_output=True, text=True, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("connect: ok", r.stdout)
+        counts = {m.group(1): tuple(int(x) for x in m.groups()[1:])
+                  for m in re.finditer(r"^(.+): answered (\d+), refused (\d+), no answer (\d+)$",
+                                       r.stdout, re.M)}
+        self.assertEqual(set(counts), {"node info", "workers", "launch batch", "rank launch"},
+                         r.stdout)
+        for kind, (answered, _, _) in counts.items():
+            self.assertEqual(answered, 0, f"alice's actors answered bob's {kind}: {r.stdout}")
+        # the proxies reached alice's colocator and both her workers: they refused
+        self.assertGreaterEqual(counts["node info"][1], 1, r.stdout)
+        self.assertGreaterEqual(counts["workers"][1], 1, r.stdout)
+        self.assertGreaterEqual(counts["rank launch"][1], 2, r.stdout)
+        # the agent counts what it refused, per certificate, in `caf-hvd status`
+        r = subprocess.run([CAF_HVD, "status", "--cluster", f"127.0.0.1:{self.port}",
+                            "--cluster-dir", self.drivers["alice"]],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        refused = {m.group(1): (int(m.group(2)), int(m.group(3)))
+                   for m in re.finditer(r"^iso +('\S+' \(\w+\)) +(\d+) +(\d+) *$", r.stdout,
+                                        re.M)}
+        # every guarded attempt closed a connection (bob's also one byte per record, and
+        # his claim of a bound node id); the direct messages were refused by the actors
+        self.assertGreaterEqual(refused.get("'bob' (driver)", (0, 0))[0], 2 * len(self.GUARDED) + 1,
+                                r.stdout)
+        self.assertGreaterEqual(refused["'bob' (driver)"][1], 3, r.stdout)
+        self.assertGreaterEqual(refused.get("'rogue' (node)", (0, 0))[0], len(self.GUARDED),
+                                r.stdout)
+        self.assertGreaterEqual(refused.get("'ops' (admin)", (0, 0))[0], len(self.GUARDED),
+                                r.stdout)
         time.sleep(1)
         self.assertFalse(os.path.exists(marker), "a forged launch ran a command")
         # alice's job was not touched: both ranks finish, with nothing forged in its output

@@ -55,8 +55,8 @@ struct fixture {
   std::string client_hs(const caf::node_id& n, uint8_t flags = 0) {
     return frame(basp::message_type::client_handshake, flags, 0, 0, 0, bytes(n));
   }
-  std::string server_hs(const caf::node_id& n) {
-    std::vector<std::string> app_ids{"caf-hvd"};
+  std::string server_hs(const caf::node_id& n,
+                        std::vector<std::string> app_ids = {"caf-hvd"}) {
     caf::actor_id aid = 0;
     std::set<std::string> sigs;
     return frame(basp::message_type::server_handshake, 0, 3, 0, 0, bytes(n, app_ids, aid, sigs));
@@ -125,6 +125,31 @@ TEST_CASE_FIXTURE(fixture, "wire guard: a driver's legitimate stream passes, how
   CHECK(verdict(server_hs(peer) + direct(5, caf::make_message(caf::ok_atom::value)) + down(peer, me),
                 false)
         == "");
+}
+
+TEST_CASE_FIXTURE(fixture, "wire guard: the accepting end's application ids are kept, however "
+                           "its handshake is cut") {
+  // the connect's error names both versions from them (CAF says only that they differ)
+  auto hs = server_hs(peer, {"caf-hvd/2", "other"});
+  for (size_t cut = 0; cut <= hs.size(); ++cut) {
+    basp_guard g{policy, false};
+    CHECK(g.feed(hs.substr(0, cut)) == "");
+    if (cut <= basp_header_size + bytes(peer).size())
+      CHECK_MESSAGE(g.peer_applications().empty(), "cut at " << cut);
+    CHECK(g.feed(hs.substr(cut)) == "");
+    CHECK_MESSAGE((g.peer_applications() == std::vector<std::string>{"caf-hvd/2", "other"}),
+                  "cut at " << cut);
+    CHECK(g.peer_node() == bytes(peer));
+  }
+  // none in a client's handshake, and none that do not parse (CAF refuses those itself)
+  basp_guard client{policy, true};
+  client.feed(client_hs(peer));
+  CHECK(client.peer_applications().empty());
+  basp_guard odd{policy, false};
+  auto garbled = bytes(peer) + std::string("\xff\xff\xff\xff\xff\xff", 6);
+  CHECK(odd.feed(frame(basp::message_type::server_handshake, 0, 3, 0, 0, garbled)) == "");
+  CHECK(odd.peer_applications().empty());
+  CHECK(odd.peer_node() == bytes(peer));
 }
 
 TEST_CASE_FIXTURE(fixture, "wire guard: each rule is refused with its reason, at the latest with "

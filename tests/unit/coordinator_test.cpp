@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <caf/scheduler/test_coordinator.hpp>
+#include <fmt/format.h>
 
 #include "actors/config.hpp"
 #include "actors/senders.hpp"
@@ -264,6 +265,19 @@ TEST_CASE_FIXTURE(fixture, "coordinator: the job's messages are taken from the j
   vote("b", 0);
   CHECK(h->complete == std::vector<uint64_t>{2});
   CHECK(refused_messages.load() == before + 6);
+  // Each refusal is counted per peer and told to the process's listener (a driver's event
+  // log): here a message without a sender (a peer's anonymous one looks the same).
+  auto anonymous_before = refused_by_peer()["no sender"];
+  std::vector<std::string> told;
+  on_refused_message([&](const std::string& peer, const std::string& what, uint64_t count) {
+    told.push_back(fmt::format("{}: {} ({})", peer, what, count));
+  });
+  caf::anon_send(coord, stop_atom::value);
+  sched.run();
+  on_refused_message({});
+  CHECK(told == std::vector<std::string>{fmt::format("no sender: the coordinator refused stop ({})",
+                                                     anonymous_before + 1)});
+  CHECK(refused_by_peer()["no sender"] == anonymous_before + 1);
 }
 
 TEST_CASE_FIXTURE(fixture, "coordinator: a worker on another host than its slot's is named with "
