@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdlib.h>
 
+#include "actors/cluster.hpp"
 #include "actors/config.hpp"
 #include "actors/senders.hpp"
 #include "actors/node_actors.hpp"
@@ -372,5 +373,66 @@ TEST_CASE_FIXTURE(fixture, "a colocator obeys only its driver, its agent and its
   caf::anon_send_exit(foreign, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(colocator, caf::exit_reason::user_shutdown);
   post_from(cfg.node->guardian, shutdown_atom::value);
+  sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "the cluster's table takes a join only from the joiner it names, and "
+                           "a member's news and leaving only from that joiner") {
+  cfg.node->name = "holder";
+  auto table = spawn_cluster_table(sys, "");
+  sched.run();
+  caf::scoped_actor joiner{sys}, stranger{sys};
+  member_info info;
+  info.name = "h1";
+  info.address = "10.0.0.1";
+  info.port = 7077;
+  info.slots = 2;
+  auto join = [&](caf::scoped_actor& asking, caf::actor named) {
+    auto r = asking->request(table, caf::infinite, join_atom::value, named, info, signed_ticket{});
+    sched.run();
+    join_answer got;
+    r.receive([&](join_answer& a) { got = a; },
+              [&](caf::error& e) { FAIL(sys.render(e)); });
+    return got;
+  };
+  auto slots_of_h1 = [&]() -> int {
+    auto r = stranger->request(table, caf::infinite, table_atom::value, signed_ticket{});
+    sched.run();
+    int slots = -1;
+    r.receive(
+        [&](cluster_view& v) {
+          for (auto& n : v.nodes)
+            if (n.info.name == "h1" && n.state == "alive")
+              slots = static_cast<int>(n.info.slots);
+        },
+        [&](caf::error& e) { FAIL(sys.render(e)); });
+    return slots;
+  };
+  auto before = refused_messages.load();
+  // a peer that names another's joiner (to have that one's link count as the member's)
+  auto forged = join(stranger, caf::actor{joiner.ptr()});
+  CHECK(forged.error == "the joiner named is not the actor that asks");
+  CHECK(forged.token == 0);
+  CHECK(slots_of_h1() == -1);
+  auto joined = join(joiner, caf::actor{joiner.ptr()});
+  REQUIRE(joined.error.empty());
+  CHECK(slots_of_h1() == 2);
+  // the member's token in a stranger's message (or one without a sender) changes nothing
+  auto changed = info;
+  changed.slots = 9;
+  stranger->send(table, update_atom::value, joined.token, changed);
+  caf::anon_send(table, update_atom::value, joined.token, changed);
+  stranger->send(table, left_atom::value, joined.token, std::string{"h1"});
+  sched.run();
+  CHECK(slots_of_h1() == 2);
+  CHECK(refused_messages.load() == before + 4);
+  // its own joiner's news and leaving count
+  joiner->send(table, update_atom::value, joined.token, changed);
+  sched.run();
+  CHECK(slots_of_h1() == 9);
+  joiner->send(table, left_atom::value, joined.token, std::string{"h1"});
+  sched.run();
+  CHECK(slots_of_h1() == -1);
+  caf::anon_send_exit(table, caf::exit_reason::user_shutdown);
   sched.run();
 }
