@@ -2,23 +2,28 @@
 // another agent and tries to run a command there the way a driver would: remote-spawn a
 // colocator (without a ticket, then with one signed by its node key), ask it to spawn
 // workers and launch them, and spawn a worker directly. Prints what each step got; the
-// cluster suite checks that every step was refused and the command never ran.
+// cluster suite checks that every step was refused and the command never ran. Given a
+// driver's credentials too, it tries that driver's tickets made for another agent (its
+// certificate, then its node id) as steps 3 and 4.
 //
 // usage: caf-hvd-spawn-attack NODE_CREDENTIALS_DIR HOST PORT FILE_THE_COMMAND_WOULD_CREATE
+//        [DRIVER_CREDENTIALS_DIR]
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <string>
+#include <vector>
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/cluster/credentials.hpp"
 #include "runtime/network/net.hpp"
 
 using namespace cafhvd;
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s NODE_DIR HOST PORT FILE\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    std::fprintf(stderr, "usage: %s NODE_DIR HOST PORT FILE [DRIVER_DIR]\n", argv[0]);
     return 2;
   }
   auto& net = net::module();
@@ -43,8 +48,25 @@ int main(int argc, char** argv) {
   auto now = static_cast<long>(std::time(nullptr));
   const std::string touch = argv[4];
   int step = 0;
-  for (auto ticket : {signed_ticket{},
-                      net.sign_ticket(creds, ticket_body("colocator", to_string(nid), "pwn", now))}) {
+  std::vector<signed_ticket> tickets{
+      signed_ticket{},
+      net.sign_ticket(creds, ticket_body("colocator", to_string(nid), "pwn", now))};
+  if (argc == 6) {
+    // a driver's own tickets, each for another agent: the agent's node id with another
+    // certificate (this peer's: as if it had claimed that node id to the driver), then
+    // another node id with the agent's own certificate
+    auto driver_creds = net.load_cluster(argv[5], cert_role::driver);
+    tickets.push_back(net.sign_ticket(
+        driver_creds,
+        ticket_body("colocator", colocator_audience(to_string(nid), net.own_certificate(creds)),
+                    "pwn", now)));
+    tickets.push_back(net.sign_ticket(
+        driver_creds, ticket_body("colocator",
+                                  colocator_audience(to_string(sys.node()),
+                                                     net.certificate_of(nid)),
+                                  "pwn", now)));
+  }
+  for (auto& ticket : tickets) {
     ++step;
     colocator_actor c;
     self->request(mm, std::chrono::seconds(10), caf::spawn_atom::value, nid,

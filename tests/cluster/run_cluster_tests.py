@@ -246,9 +246,21 @@ class ClusterTest(unittest.TestCase):
             self.c.node(name)
         spec = ",".join(self.c.spec(n, k) for n, k in hosts.items())
         np = sum(hosts.values())
-        p = self.c.start(["driver", "-np", str(np), "-H", spec, *options, "--"]
-                         + self.sleeper())
+        events = tempfile.NamedTemporaryFile(prefix="caf-hvd-events-", suffix=".jsonl",
+                                             delete=False)
+        events.close()
+        self.addCleanup(os.unlink, events.name)
+        p = self.c.start(["driver", "-np", str(np), "-H", spec, "--events", events.name,
+                          *options, "--"] + self.sleeper())
         wait_until(lambda: len(self.sleeping()) == np, 10, f"all {np} ranks to run")
+
+        def running_phase():
+            # the driver's own view: every launch answered (a rank's process can exist
+            # before its agent's answer reaches the driver)
+            with open(events.name) as f:
+                return any('"phase.begin"' in line and '"run"' in line for line in f)
+
+        wait_until(running_phase, 10, "the driver's run phase (every rank's launch answered)")
         return p
 
     def interrupt(self, sig, code):
@@ -552,8 +564,8 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             attack = os.environ.get("CAF_HVD_SPAWN_ATTACK") or os.path.join(
                 os.path.dirname(os.path.dirname(harness.CAF_HVD)), "tests", "caf-hvd-spawn-attack")
             marker = f"/tmp/pwned.{self.marker}"
-            r = subprocess.run([attack, h2, "127.0.0.1", str(port), marker], capture_output=True,
-                               text=True, timeout=120)
+            r = subprocess.run([attack, h2, "127.0.0.1", str(port), marker, f"{d}/alice"],
+                               capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stderr)
             out = r.stdout
             self.assertIn("connect: ok", out)
@@ -562,7 +574,12 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
                                   r"certificate")
             self.assertRegex(out, r"node 2: .*its certificate 'h2' is a node certificate, not a "
                                   r"driver one")
-            for step in (1, 2):
+            # alice's own tickets, made for another agent (another certificate for h1's node
+            # id; another node id): refused for their audience
+            for step in (3, 4):
+                self.assertRegex(out, rf"node {step}: .*node agent 'h1' refused to run job pwn "
+                                      rf"for this peer: .*not for colocator at")
+            for step in (1, 2, 3, 4):
                 self.assertIn(f"workers {step}: 0", out)
                 self.assertRegex(out, rf"launch {step}: .*refused to run job pwn")
             self.assertRegex(out, r"worker spawn: .*(cannot|unknown|no such|not).*", out)
