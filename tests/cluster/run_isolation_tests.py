@@ -54,12 +54,22 @@ class IsolationTest(unittest.TestCase):
         homes = os.path.join(self.dir, "home")
         os.mkdir(homes)
         os.chmod(homes, 0o755)
-        with open("/etc/passwd") as f:
-            passwd = f.read()
-        with open("/etc/group") as f:
-            group = f.read()
-        for name, uid in (("cafagent", AGENT_UID), ("alice", ALICE), ("bob", BOB),
-                          ("jobacct", JOBACCT), ("olddaemon", DAEMON)):
+        accounts = (("cafagent", AGENT_UID), ("alice", ALICE), ("bob", BOB),
+                    ("jobacct", JOBACCT), ("olddaemon", DAEMON))
+        names = {n for n, _ in accounts} | {"gpulike"}
+        ids = {str(u) for _, u in accounts} | {"20100"}
+
+        def without_ours(path):
+            # this machine's own entries of these names or ids (an account 'alice' of
+            # another uid) would be found first: the namespace's files drop them
+            with open(path) as f:
+                return "".join(line for line in f
+                               if line.split(":")[0] not in names
+                               and (line.split(":") + ["", "", ""])[2] not in ids)
+
+        passwd = without_ours("/etc/passwd")
+        group = without_ours("/etc/group")
+        for name, uid in accounts:
             home = os.path.join(homes, name)
             os.mkdir(home)
             os.chown(home, uid, uid)
