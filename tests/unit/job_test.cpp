@@ -508,6 +508,28 @@ TEST_CASE_FIXTURE(fixture, "elastic: generation 1 starts released; a later plan 
   CHECK(result->exit_code == 130);
 }
 
+TEST_CASE_FIXTURE(fixture, "elastic: a new host that discovery lists before the survivors "
+                           "comes after them: the survivors keep the low ranks (rank 0 holds "
+                           "the committed state)") {
+  start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  REQUIRE(log.envs.size() == 2);
+  CHECK(env_value(log.envs[slot_on("a", 0)], "HOROVOD_RANK") == "0");
+  // c comes first in discovery's answer (a script may list hosts in any order)
+  discover("c:3:1\na:1:1\nb:2:1\n");
+  vote("a", 0);
+  vote("b", 0);
+  CHECK(names_of("generation.released").size() == 2);
+  REQUIRE(log.envs.size() == 3);
+  auto& fresh = log.envs[slot_on("c", 0)];
+  CHECK(env_value(fresh, "HOROVOD_SIZE") == "3");
+  // a, which held rank 0 (and so the state every rank restores from), is still rank 0:
+  // the newcomer is rank 2, not rank 0
+  CHECK(env_value(fresh, "HOROVOD_RANK") == "2");
+  CHECK(env_value(fresh, "HOROVOD_CROSS_RANK") == "2");
+  interrupt();
+}
+
 TEST_CASE_FIXTURE(fixture, "elastic: a plan waits for every rank it carries over, not for one") {
   start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
   discover("a:1:2\nb:2:1\n");
