@@ -96,24 +96,34 @@ std::optional<std::string> job::visible_devices(const ehost& h, int local_rank) 
 }
 
 // Static jobs choose every host's interface at once, deterministically: all on this
-// machine -> loopback; one host -> the named interfaces or the one the driver reached
-// it through; otherwise every host probes every other host's candidate addresses from
-// each of its candidate interfaces, and each keeps those that reached all others.
+// machine, one of them reached over loopback -> loopback; one host -> the named
+// interfaces or the one the driver reached it through; otherwise every host probes every
+// other host's candidate addresses from each of its candidate interfaces, and each keeps
+// those that reached all others.
 void job::choose_fixed_nics() {
   std::vector<ehost*> hs;
   for (auto& ep : listed_order_)
     hs.push_back(&hosts_.at(ep));
-  size_t loopback = 0;
-  for (auto* h : hs)
-    if (job_.embedded || is_loopback_address(h->address))
-      ++loopback;
-  if (loopback != 0 && loopback != hs.size()) {
+  // Agents reached at an address of this machine (a cluster's agents on one machine: the
+  // table lists its own agent at the machine's address, members at the loopback address
+  // they joined from) run here as the loopback ones do.
+  std::set<std::string> mine;
+  for (auto& i : list_interfaces())
+    mine.insert(i.address);
+  size_t loopback = 0, here = 0;
+  for (auto* h : hs) {
+    bool lo = job_.embedded || is_loopback_address(h->address);
+    loopback += lo;
+    here += lo || mine.count(h->address) > 0;
+  }
+  if (loopback != 0 && here != hs.size()) {
     std::vector<std::string> lo;
     for (auto* h : hs)
       if (is_loopback_address(h->address))
         lo.push_back(h->label());
-    return fail(fmt::format("nodes {} were reached at a loopback address, which the job's other "
-                            "hosts cannot reach; name them by an address of the shared network",
+    return fail(fmt::format("nodes {} were reached at a loopback address, which the job's "
+                            "hosts on other machines cannot reach; name them by an address of "
+                            "the shared network",
                             fmt::join(lo, ", ")));
   }
   if (loopback != 0) {

@@ -474,18 +474,39 @@ void job::warn_if_capped(ehost& h) {
 
 void job::host_ready(const std::string& ep) {
   auto& h = hosts_.at(ep);
+  // Addresses of this machine (the driver's): agents reached at one of them, or over
+  // loopback, run here, and reach each other and the job's servers on any of them.
+  std::set<std::string> mine;
+  for (auto& i : list_interfaces())
+    mine.insert(i.address);
+  auto here = [&](const ehost& x) {
+    return is_loopback_address(x.address) || mine.count(x.address) > 0;
+  };
   // The job's servers listen towards its first host: on loopback, remote hosts cannot
-  // reach them; on the network, a host reached over loopback cannot be reached by the
-  // others.
-  if (!serve_bind_.empty() && is_loopback_address(h.address) != is_loopback_address(serve_bind_))
+  // reach them; a host reached over loopback cannot be reached by remote hosts, so it
+  // shares a job only with hosts of this machine.
+  if (!serve_bind_.empty() && is_loopback_address(serve_bind_) && !here(h))
     return host_unusable(
-        ep, is_loopback_address(h.address)
-                ? std::string{"it was reached at a loopback address, which the job's other "
-                              "hosts cannot reach; list it by an address of the shared network"}
-                : fmt::format("the job's hosts are on this machine (its servers listen on "
-                              "{}), which a remote host cannot reach; list every host by an "
-                              "address of the shared network",
-                              serve_bind_));
+        ep, fmt::format("the job's hosts are on this machine (its servers listen on {}), which "
+                        "a remote host cannot reach; list every host by an address of the "
+                        "shared network",
+                        serve_bind_));
+  for (auto& [other, o] : hosts_) {
+    if (other == ep || o.st != ehost::status::ready)
+      continue;
+    if (is_loopback_address(h.address) && !here(o))
+      return host_unusable(
+          ep, fmt::format("it was reached at a loopback address, which the job's host {} on "
+                          "another machine cannot reach; list it by an address of the shared "
+                          "network",
+                          o.label()));
+    if (!here(h) && is_loopback_address(o.address))
+      return host_unusable(
+          ep, fmt::format("the job's host {} on this machine was reached at a loopback "
+                          "address, which this host cannot reach; list every host by an "
+                          "address of the shared network",
+                          o.label()));
+  }
   h.st = ehost::status::ready;
   // The job's servers serve the job's hosts (every address their agents reported)
   // and the driver's own machine, no one else.
@@ -496,10 +517,7 @@ void job::host_ready(const std::string& ep) {
   // allowlist drops a remote host's loopback addresses). A remote host's addresses that
   // this machine has too (docker0's 172.17.0.1, libvirt's 192.168.122.1) are this
   // machine's here: a local process bound to one must not speak for that host.
-  std::set<std::string> mine;
-  for (auto& i : list_interfaces())
-    mine.insert(i.address);
-  bool local = is_loopback_address(h.address) || mine.count(h.address) > 0;
+  bool local = here(h);
   if (!local)
     std::erase_if(addresses, [&](const std::string& a) { return mine.count(a) > 0; });
   send(coord_, allow_atom::value, h.info.name, std::move(addresses), local, h.info.rank_uid);

@@ -2,6 +2,7 @@
 driver, checked from the ranks' own output. Run by `meson test`; prints a closing
 'N passed, N failed' line."""
 
+import json
 import os
 import re
 import shutil
@@ -694,6 +695,56 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
                                capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
             self.assertRegex(r.stderr, r"cannot reach the cluster at 127\.0\.0\.1:\d+: " + both)
+
+    def test_a_cluster_on_one_machine_runs_jobs_across_its_agents(self):
+        """Three agents on one machine, the second and third joined over 127.0.0.1: the
+        table lists its own agent at the machine's address and the members at the
+        loopback address they joined from. Those addresses are all this machine's, so a
+        job placed across them runs (it was refused: "reached at a loopback address,
+        which the job's other hosts cannot reach"), static and elastic, with a real Gloo
+        allreduce that checks every element."""
+        port = free_port()
+        agents = []
+
+        def agent(name, *extra):
+            p = self.c.start(["node", "--name", name, "--port", str(port if not extra else 0),
+                              "--slots", "2", *extra],
+                             env=dict(os.environ, CAF_HVD_CLUSTER_DIR=harness.issue("node", name)))
+            line = p.stdout.readline()
+            self.assertIn("listening", line)
+            agents.append(p)
+            return p
+
+        agent("one-a")  # every address: the table lists it at the machine's own
+        for name in ("one-b", "one-c"):
+            agent(name, "--bind", "127.0.0.1", "--join", f"127.0.0.1:{port}")
+
+        def members():
+            rc, out, _ = self.c.run(["status", "--cluster", f"127.0.0.1:{port}", "--json"])
+            return json.loads(out)["nodes"] if rc == 0 else []
+
+        wait_until(lambda: len([n for n in members() if n["state"] == "alive"]) == 3, 20,
+                   "both members to join the table")
+        addresses = {n["name"]: n["address"] for n in members()}
+        self.assertEqual(addresses["one-b"], "127.0.0.1", addresses)
+        allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
+        # every slot: the table's own agent and both members
+        rc, out, err = self.c.run(["driver", "--cluster", f"127.0.0.1:{port}", "-np", "6", "--",
+                                   allreduce], timeout=120)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("caf-hvd-allreduce: all sums correct", out)
+        hosts = {line.split(" on ")[1].split(":")[0]
+                 for lines in rank_lines(out).values() for line in lines if " on " in line}
+        self.assertEqual(hosts, {"one-a", "one-b", "one-c"}, out)
+        rc, out, err = self.c.run(["driver", "--cluster", f"127.0.0.1:{port}", "--min-np", "2",
+                                   "--max-np", "6", "--", allreduce, "--elastic", "--steps",
+                                   "10"], timeout=120)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"elastic run done: 10 steps, checksum 55")
+        for p in agents:
+            p.terminate()
+        for p in agents:
+            p.wait(timeout=30)
 
     def test_pre_role_member_certificates_work_with_a_warning(self):
         if not shutil.which("openssl"):
