@@ -203,6 +203,51 @@ def failed_tests(text):
     return out
 
 
+FIRST_ERROR = re.compile(r"^(_{3,} \S.* _{3,}|E {2,}\S.*|FAILED \S+.*|Traceback .*|"
+                         r"\w+(Error|Exception): .*|caf-hvd: error: .*)$")
+
+
+def ranks_story(out, err, np, events=None, tail=12):
+    """What each rank said when a run failed, for the failure message: per rank its first
+    error (the first pytest failure header and its first `E` line, a traceback, an
+    exception) and its last lines from both streams; then the job's event log's last
+    events. A failing rank other than 0 is heard too (the real-Horovod suite kept only
+    rank 0's tail before, and a failure of ranks 1 and 3 lost its cause)."""
+    per = {}
+    for line in (out + "\n" + err).splitlines():
+        m = TAGGED.match(line)
+        if m:
+            per.setdefault(int(m.group(1)), []).append((m.group(2), m.group(3)))
+    parts = []
+    for r in range(np):
+        lines = per.get(r, [])
+        first = []
+        for i, (stream, body) in enumerate(lines):
+            text = body.strip()
+            if not FIRST_ERROR.match(text):
+                continue
+            first.append(f"<{stream}> {body}")
+            # a pytest failure header or a traceback: its first `E` or exception line too
+            if text.startswith("___") or text.startswith("Traceback"):
+                cause = next((f"<{s2}> {b2}" for s2, b2 in lines[i + 1:]
+                              if re.match(r"^(E {2,}\S|\w+(Error|Exception): )", b2.strip())),
+                             None)
+                if cause:
+                    first.append(cause)
+            break
+        said = "\n    ".join(f"<{s}> {b}" for s, b in lines[-tail:]) or "(nothing)"
+        parts.append(f"--- rank {r}: first error: {' | '.join(first) or '(none seen)'}\n"
+                     f"  last lines:\n    {said}")
+    untagged = [l for l in err.splitlines() if l.startswith("caf-hvd")]
+    if untagged:
+        parts.append("--- the launcher said:\n    " + "\n    ".join(untagged[-15:]))
+    if events and os.path.exists(events):
+        with open(events) as f:
+            parts.append("--- the job's event log (last 30 events):\n"
+                         + "".join(f.readlines()[-30:]))
+    return "\n".join(parts)
+
+
 def brief(summaries):
     return ", ".join(f"rank {r}: {c['passed']} passed, {c['skipped']} skipped, "
                      f"{c['failed']} failed, {c['errors']} errors"
@@ -301,6 +346,10 @@ class HorovodTest(unittest.TestCase):
         self.addCleanup(self.no_process_left)  # after the cluster's own cleanup
         self.site = horovod_site()
         self.env = horovod_env(self.site, self.tag)
+        # the job's event log, for failure messages (ranks_story)
+        fd, self.events = tempfile.mkstemp(prefix="caf-hvd-events-", suffix=".jsonl")
+        os.close(fd)
+        self.addCleanup(os.unlink, self.events)
 
     @classmethod
     def tearDownClass(cls):
@@ -375,21 +424,22 @@ class HorovodTest(unittest.TestCase):
         print(f"  caf-hvd:    {brief(got)}\n  horovodrun: {brief(baseline)} ({note})",
               flush=True)
         agents = f"\n{self.agents_state(c)}" if c and rc != 0 else ""
+        story = ranks_story(out, err, np, self.events)
         self.assertEqual(sorted(got), list(range(np)),
                          f"not every rank printed its pytest summary under {launcher} "
-                         f"(exit {rc}):\n{out[-4000:]}\n{err[-3000:]}{agents}")
+                         f"(exit {rc}):\n{story}{agents}")
         for r in range(np):
             mine, theirs = got[r], baseline[r]
             self.assertEqual((mine["failed"], mine["errors"]), (0, 0),
-                             f"rank {r} under {launcher}: {mine}\n{out[-6000:]}")
+                             f"rank {r} under {launcher}: {mine}\n{story}")
             self.assertGreaterEqual(mine["passed"], theirs["passed"],
                                     f"rank {r}: fewer tests passed under {launcher} ({mine}) "
                                     f"than under horovodrun ({theirs})")
-        self.assertEqual(rc, 0, err[-3000:] + agents)
+        self.assertEqual(rc, 0, f"{story}{agents}")
 
     def test_1_horovods_test_torch_under_run_np2_as_under_horovodrun(self):
         baseline, note = horovodrun_baseline(self.site, 2, [], "baseline-np2")
-        args = [CAF_HVD, "run", "-np", "2", "--", PYTHON, *TEST_TORCH]
+        args = [CAF_HVD, "run", "-np", "2", "--events", self.events, "--", PYTHON, *TEST_TORCH]
         rc, out, err = run_cmd(args, self.env, cwd=horovod_test_dir(self.site), timeout=600)
 
         def rerun(names):
@@ -410,7 +460,8 @@ class HorovodTest(unittest.TestCase):
         for r in range(4):
             self.assertIn(f"place rank {r} size 4 local {r % 2}/2 cross {r // 2}/2 "
                           f"host {('hvd-a', 'hvd-b')[r // 2]}", lines.get(r, [""])[0])
-        args = [*self.driver_args(c, 4), "--", PYTHON, *TEST_TORCH, *NOT_JOIN]
+        args = [*self.driver_args(c, 4), "--events", self.events, "--", PYTHON, *TEST_TORCH,
+                *NOT_JOIN]
         # 500-680 s on a 2-core machine today (134 s under horovodrun -H localhost:4)
         rc, out, err = run_cmd(args, self.env, cwd=horovod_test_dir(self.site), timeout=1500)
 
