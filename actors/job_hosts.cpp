@@ -439,6 +439,21 @@ void job::query_host(const std::string& ep) {
                                     other, ep, info.name));
             h.info = std::move(info);
             h.has_info = true;
+            // The node's drain state as its agent has it now: an agent that restarted (a
+            // rolling upgrade's step) and was undrained is back, whatever the colocator
+            // it replaced last said; one that restarted drained stays out.
+            if (h.draining != h.info.draining) {
+              h.draining = h.info.draining;
+              events_.emit("host.draining", {{"host", h.info.name},
+                                             {"on", h.draining},
+                                             {"how", "as its agent says at connect"}});
+              if (elastic_ && !h.draining)
+                say("node {} is back (its agent is not drained): the job may use it again "
+                    "from its next discovery",
+                    h.label());
+              if (h.draining)
+                h.listed = false;
+            }
             if (!h.info.gpus.empty() || job_.gpus_per_slot > 0)
               log("{} has GPUs [{}] ({}), free: [{}]", h.label(), join_devices(h.info.gpus),
                   h.info.gpu_source, join_devices(h.info.gpus_free));

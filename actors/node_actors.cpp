@@ -168,7 +168,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
                          n.gpus->devices(),
                          n.gpus->free(),
                          n.gpu_source,
-                         st.account ? st.account->uid : static_cast<uint32_t>(::getuid())};
+                         st.account ? st.account->uid : static_cast<uint32_t>(::getuid()),
+                         n.draining->load()};
       },
       // Probing blocks for up to a timeout: it runs on a thread of its own and reports
       // back with probed_atom.

@@ -159,11 +159,13 @@ struct node_info {
   std::vector<int32_t> gpus_free; // ... that no job holds right now
   std::string gpu_source;         // how the node knows them (--gpus, NVML, nvidia-smi)
   uint32_t rank_uid = 0;          // the account the job's ranks run as there
+  bool draining = false;          // the node drains now (a colocator that starts says so)
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("node_info"), x.name, x.os_hostname, x.pid, x.slots, x.interfaces,
-           x.probe_port, x.gpus, x.gpus_free, x.gpu_source, x.rank_uid);
+           x.probe_port, x.gpus, x.gpus_free, x.gpu_source, x.rank_uid,
+           x.draining);
 }
 
 /// Devices a node lends to a job: every device the job holds there, or none and why.

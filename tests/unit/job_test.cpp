@@ -746,6 +746,36 @@ TEST_CASE_FIXTURE(fixture, "elastic: a node that drains is left at the next comm
   interrupt();
 }
 
+TEST_CASE_FIXTURE(fixture, "elastic: a drained node whose agent restarts undrained (a rolling "
+                           "upgrade's step) is taken back at the next discovery") {
+  // c drains and the job leaves it; c's agent restarts (its colocator is lost) and comes
+  // back undrained: its new colocator says so at connect, and the job grows onto it
+  // again instead of keeping the old colocator's drain mark forever.
+  start_elastic({"a", "b", "c", "c"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\nc:3:1\n");
+  auto c0 = slot_on("c", 0);
+  drain("c", true);
+  vote("a", 0);
+  vote("b", 0);
+  REQUIRE(names_of("generation.released").size() == 2);
+  sched.advance_time(std::chrono::milliseconds(1100)); // the grace after the release
+  sched.run();
+  exit(c0, 143);
+  caf::anon_send_exit(log.colocators.at("c"), caf::exit_reason::kill); // the agent restarts
+  sched.run();
+  CHECK(names_of("host.lost").size() == 1);
+  sched.advance_time(std::chrono::seconds(6)); // the lost host's retry wait
+  discover("a:1:1\nb:2:1\nc:3:1\n");        // the restarted agent is listed: reconnect
+  discover("a:1:1\nb:2:1\nc:3:1\n");        // ... and, undrained, used
+  CHECK(names_of("generation.begin").size() == 3);
+  vote("a", 0);
+  vote("b", 0);
+  CHECK(names_of("generation.released").size() == 3);
+  CHECK(env_value(log.envs[slot_on("c", 0)], "HOROVOD_SIZE") == "3");
+  CHECK(names_of("host.blacklisted").empty());
+  interrupt();
+}
+
 TEST_CASE_FIXTURE(fixture, "elastic: a drained node whose agent is lost before the re-join "
                            "costs nothing: the plan without it is released, nobody blamed") {
   // The drain already took c out of generation 2; its agent dying before a and b
