@@ -59,8 +59,10 @@ struct tls_peer {
   }
 };
 
-SSL_CTX* make_context(const std::string& dir, const std::string& role) {
-  auto* ctx = SSL_CTX_new(TLS_client_method());
+// A TLS context with `role`'s certificate of `dir` that verifies its peer against the
+// cluster's CA: a client's, or (server) an agent's that requires the peer's certificate.
+SSL_CTX* make_context(const std::string& dir, const std::string& role, bool server = false) {
+  auto* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   if (SSL_CTX_use_certificate_chain_file(ctx, (dir + "/" + role + ".pem").c_str()) != 1
       || SSL_CTX_use_PrivateKey_file(ctx, (dir + "/" + role + ".key").c_str(), SSL_FILETYPE_PEM)
              != 1
@@ -68,7 +70,9 @@ SSL_CTX* make_context(const std::string& dir, const std::string& role) {
     std::fprintf(stderr, "cannot load %s's %s credentials\n", dir.c_str(), role.c_str());
     std::exit(2);
   }
-  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  SSL_CTX_set_verify(ctx, server ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+                                 : SSL_VERIFY_PEER,
+                     nullptr);
   return ctx;
 }
 
@@ -204,15 +208,7 @@ int serve_version(const std::string& dir, const std::string& role, const std::st
                   const std::string& port_file) {
   hvd_config cfg;
   caf::actor_system sys{cfg};
-  auto* ctx = SSL_CTX_new(TLS_server_method());
-  if (SSL_CTX_use_certificate_chain_file(ctx, (dir + "/" + role + ".pem").c_str()) != 1
-      || SSL_CTX_use_PrivateKey_file(ctx, (dir + "/" + role + ".key").c_str(), SSL_FILETYPE_PEM)
-             != 1
-      || SSL_CTX_load_verify_locations(ctx, (dir + "/ca.pem").c_str(), nullptr) != 1) {
-    std::fprintf(stderr, "cannot load %s's %s credentials\n", dir.c_str(), role.c_str());
-    return 2;
-  }
-  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  auto* ctx = make_context(dir, role, true);
   int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
