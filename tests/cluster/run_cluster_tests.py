@@ -479,9 +479,13 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
         # Rank 1's allreduce is killed mid-benchmark; rank 0 ignores the launcher's
         # SIGTERM so that its own error report can be observed within the grace period.
-        script = ('if [ "$HOROVOD_RANK" = 1 ]; then '
-                  f'{allreduce} --bench --sizes 16M --iters 100000 & p=$!; sleep 1.5; '
-                  'kill -9 $p; exit 9; fi; '
+        # Rank 1 waits until its contexts are connected (its line-buffered "rank 1/2"
+        # line), not a fixed time, so that a slow machine still kills it mid-benchmark.
+        script = ('if [ "$HOROVOD_RANK" = 1 ]; then f=$(mktemp); '
+                  f'stdbuf -oL {allreduce} --bench --sizes 16M --iters 100000 >"$f" & p=$!; '
+                  'i=0; until grep -q "^rank 1/2" "$f"; do i=$((i+1)); '
+                  '[ $i -gt 300 ] && echo "rank 1 never connected" && exit 8; sleep 0.1; done; '
+                  'sleep 0.5; kill -9 $p; rm -f "$f"; exit 9; fi; '
                   f"trap '' TERM; {allreduce} --bench --sizes 16M --iters 100000; "
                   'echo "allreduce exit=$?"')
         t0 = time.monotonic()
