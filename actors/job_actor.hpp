@@ -329,6 +329,7 @@ private:
   std::string loss_cause(const eslot& s, const std::string& how);
   void send_rank_table();
   void on_shutdown();
+  void on_kill_host(const std::string& name);
   void on_owner_gone(const std::string& problem);
   void end_for_owner(int code);
 

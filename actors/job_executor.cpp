@@ -62,9 +62,11 @@ void job::on_control(uint8_t kind, uint64_t id, uint32_t rank, uint32_t deadline
     return on_call(id, rank, deadline, std::move(payload));
   case frame_kind::shutdown:
     return on_shutdown();
+  case frame_kind::kill_host:
+    return on_kill_host(payload);
   default:
-    return owner_broke(fmt::format("sent a {} frame (the owner may send start, call and "
-                                   "shutdown)",
+    return owner_broke(fmt::format("sent a {} frame (the owner may send start, call, "
+                                   "shutdown and kill_host)",
                                    frame_kind_name(kind)));
   }
 }
@@ -178,6 +180,25 @@ void job::send_rank_table() {
   to_owner(frame_kind::ranks, gen_.number, 0,
            json_text(nlohmann::json{
                {"generation", gen_.number}, {"size", gen_.plan.size()}, {"ranks", ranks}}));
+}
+
+// The owner kills a host's ranks (an elastic executor's forceful removal of a host, as
+// Horovod's TestDiscovery kills a node): they die by SIGKILL, and the job handles their
+// exits as any rank's failure (the host is blacklisted, the survivors go on).
+void job::on_kill_host(const std::string& name) {
+  if (!elastic_)
+    return owner_broke("sent kill_host to a static job (only elastic jobs lose hosts)");
+  size_t killed = 0;
+  for (auto& [id, s] : slots_) {
+    auto h = hosts_.find(s.endpoint);
+    if (h == hosts_.end() || h->second.info.name != name || !s.running || !s.worker)
+      continue;
+    send(s.worker, terminate_atom::value, int32_t{SIGKILL});
+    ++killed;
+  }
+  say("the executor's owner removed host {} forcefully: {} of its ranks killed",
+      printable(name), killed);
+  events_.emit("host.killed", {{"host", name}, {"ranks", killed}});
 }
 
 // The owner asks for the end: every rank's channel closes (the process reads EOF and

@@ -8,10 +8,10 @@ HEADER = struct.Struct(">B3xQIII")
 ALL_RANKS = 0xFFFFFFFF
 
 CALL, RESULT, LOG, FAILED = 1, 2, 3, 4
-START, SHUTDOWN, RANKS, END = 16, 17, 18, 19
+START, SHUTDOWN, RANKS, END, KILL_HOST = 16, 17, 18, 19, 20
 
 KIND_NAMES = {CALL: "call", RESULT: "result", LOG: "log", FAILED: "failed", START: "start",
-              SHUTDOWN: "shutdown", RANKS: "ranks", END: "end"}
+              SHUTDOWN: "shutdown", RANKS: "ranks", END: "end", KILL_HOST: "kill_host"}
 
 
 class FrameError(Exception):

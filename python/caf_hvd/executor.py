@@ -298,6 +298,14 @@ class _Job:
                 raise ExecutorError(f"caf-hvd is gone ({e}); the worker group has ended") from e
         return [futures[r] for r in targets]
 
+    def fail_host(self, name):
+        """An elastic job kills the ranks on host `name` (a forceful removal): the job
+        counts them as failed."""
+        try:
+            self._send(_frames.KILL_HOST, 0, 0, name.encode())
+        except OSError:
+            pass  # caf-hvd is gone: nothing runs there any more
+
     def shutdown(self, timeout):
         try:
             self._send(_frames.SHUTDOWN, 0, 0, b"")

@@ -19,7 +19,7 @@ namespace cafhvd {
 namespace {
 
 bool known_kind(uint8_t k) {
-  return (k >= 1 && k <= 4) || (k >= 16 && k <= 19);
+  return (k >= 1 && k <= 4) || (k >= 16 && k <= 20);
 }
 
 void put_be(std::string& out, uint64_t v, int bytes) {
@@ -46,6 +46,7 @@ std::string frame_kind_name(uint8_t kind) {
     case 17: return "shutdown";
     case 18: return "ranks";
     case 19: return "end";
+    case 20: return "kill_host";
     default: return fmt::format("kind {}", kind);
   }
 }

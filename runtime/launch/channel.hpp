@@ -28,6 +28,7 @@ enum class frame_kind : uint8_t {
   shutdown = 17, // owner -> job: stop the ranks (EOF of their channel) and end the job
   ranks = 18,    // job -> owner: JSON list of the generation's ranks (host, local/cross)
   end = 19,      // job -> owner: the job ended; id = exit code, payload = cause ("" = ok)
+  kill_host = 20, // owner -> elastic job: SIGKILL the ranks on the host named by the payload
 };
 
 /// Name of a kind for messages ("call", "result", ...; "kind 42" if unknown).

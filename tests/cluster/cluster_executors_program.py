@@ -5,7 +5,7 @@ ranks ran as the ranks themselves saw it (one JSON line per part)."""
 import json
 import os
 
-from caf_hvd import ElasticRayExecutor, RayExecutor
+from caf_hvd import ElasticExecutor, RayExecutor
 from caf_hvd.train import ScalingConfig, report
 from caf_hvd.train.horovod import HorovodTrainer
 
@@ -32,7 +32,7 @@ def main():
                       "ranks": [dict(r) if isinstance(r, dict) else r for r in ex.ranks]},
                      default=str), flush=True)
     ex.shutdown()
-    elastic = ElasticRayExecutor(min_workers=2, max_workers=2, elastic_timeout=60)
+    elastic = ElasticExecutor(min_workers=2, max_workers=2, elastic_timeout=60)
     elastic.start()
     print(json.dumps({"elastic": elastic.run(where)}), flush=True)
     result = HorovodTrainer(loop, scaling_config=ScalingConfig(num_workers=2)).fit()
