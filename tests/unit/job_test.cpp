@@ -1288,3 +1288,40 @@ TEST_CASE_FIXTURE(fixture, "registration: a worker that never reports its host i
   CHECK((causes.find("did not report its host") != std::string::npos
          || causes.find("rank 0 on fake (its worker)") != std::string::npos));
 }
+
+TEST_CASE_FIXTURE(owner_fixture, "executor: an elastic owner's kill_host SIGKILLs only that "
+                                 "host's ranks; a static job's owner that sends it broke its "
+                                 "channel") {
+  SUBCASE("elastic") {
+    start_elastic({"a", "b"}, std::chrono::milliseconds(1000),
+                  [&](job_config& c) { c.executor_fd = sv[0]; });
+    send(frame_kind::start, 0, 0, "BOOT");
+    // the answer to a call (refused: elastic) says the start frame before it was taken
+    send(frame_kind::call, 1, all_ranks, "C");
+    auto refused = next_frame();
+    CHECK(refused.kind == frame_kind::failed);
+    CHECK(refused.id == 1);
+    discover("a:1:1\nb:2:1\n");
+    REQUIRE(log.envs.size() == 2);
+    CHECK(next_frame().kind == frame_kind::ranks);
+    send(frame_kind::kill_host, 0, 0, "nobody"); // no ranks there: nothing happens
+    send(frame_kind::kill_host, 0, 0, "b");
+    run_until([&] { return !log.signals[slot_on("b", 0)].empty(); }, "a signal to b's rank");
+    CHECK(log.signals[slot_on("b", 0)] == std::vector<int32_t>{SIGKILL});
+    CHECK(log.signals[slot_on("a", 0)].empty());
+    CHECK_FALSE(job_ended());
+    interrupt();
+  }
+  SUBCASE("static") {
+    start_executor(2);
+    send(frame_kind::start, 0, 0, "");
+    CHECK(next_frame().kind == frame_kind::ranks);
+    send(frame_kind::kill_host, 0, 0, "localhost");
+    frame f;
+    while ((f = next_frame()).kind != frame_kind::end) {
+    }
+    CHECK(f.payload.find("sent kill_host to a static job") != std::string::npos);
+    for (auto& [slot, sigs] : log.signals) // the failed job's teardown, not a kill
+      CHECK(sigs.front() == SIGTERM);
+  }
+}
