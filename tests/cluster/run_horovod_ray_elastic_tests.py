@@ -254,6 +254,8 @@ class Discovery:
         if MODE == "hangs-later" and self.calls == 3:
             time.sleep(3600)
         hosts = {"host-1": 1}
+        if MODE == "grows" and self.calls > 5:
+            hosts["host-2"] = 1
         if MODE == "unknown-name":
             hosts["host-9"] = 1
         return hosts
@@ -263,7 +265,7 @@ def fn():
     import time
     ray_logger.log({"started": os.environ["HOROVOD_HOSTNAME"]})
     time.sleep(float(os.environ.get("FN_SECONDS", "4")))
-    return os.environ["HOROVOD_HOSTNAME"]
+    return os.environ["HOROVOD_HOSTNAME"] + "/" + os.environ.get("FROM_ENV_VARS", "-")
 
 
 if MODE == "cluster":  # the cluster's nodes, 2 slots each: one slot of 2 CPUs per node
@@ -273,10 +275,12 @@ if MODE == "cluster":  # the cluster's nodes, 2 slots each: one slot of 2 CPUs p
     print("DISCOVERY", type(settings.discovery).__name__,
           sorted(settings.discovery.find_available_hosts_and_slots().items()), flush=True)
 else:
-    settings = ElasticRayExecutor.create_settings(min_num_proc=1, max_num_proc=2,
-                                                  elastic_timeout=20, discovery_interval=0.2)
+    settings = ElasticRayExecutor.create_settings(min_num_proc=2 if MODE == "grows" else 1,
+                                                  max_num_proc=2, elastic_timeout=20,
+                                                  discovery_interval=0.2)
     settings.discovery = Discovery()
-    ex = ElasticRayExecutor(settings, override_discovery=False)
+    ex = ElasticRayExecutor(settings, override_discovery=False,
+                            env_vars={"FROM_ENV_VARS": "yes"})
 try:
     ex.start()
     logged = []
@@ -305,9 +309,16 @@ class DiscoveryObjectTest(Case):
     def test_override_discovery_counts_the_cluster_nodes_slots_per_cpus_per_slot(self):
         out, err = self.run_program("cluster", FN_SECONDS="1")
         self.assertIn("DISCOVERY RayHostDiscovery [('host-1', 1), ('host-2', 1)]", out, err)
-        self.assertRegex(out, r"RESULT \['host-(1|2)', 'host-(1|2)'\]", err)
-        self.assertIn("'host-1'", out.split("RESULT")[1].split("]")[0], out)
-        self.assertIn("'host-2'", out.split("RESULT")[1].split("]")[0], out)
+        self.assertRegex(out, r"RESULT \['host-(1|2)/-', 'host-(1|2)/-'\]", err)
+        self.assertIn("'host-1/-'", out.split("RESULT")[1].split("]")[0], out)
+        self.assertIn("'host-2/-'", out.split("RESULT")[1].split("]")[0], out)
+
+    def test_start_waits_for_min_num_proc_saying_what_it_waits_for(self):
+        out, err = self.run_program("grows", FN_SECONDS="1")
+        self.assertRegex(err, r"caf_hvd: waiting for 2 slots \(min_num_proc\) on at least 1 "
+                              r"host\(s\), \d+ s left of elastic_timeout: "
+                              r"Discovery\.find_available_hosts_and_slots\(\) lists host-1:1")
+        self.assertIn("RESULT ['host-1/yes', 'host-2/yes']", out, err)  # env_vars reach them
 
     def test_a_first_call_that_raises_fails_start_naming_the_error(self):
         out, err = self.run_program("raises-first")
@@ -316,7 +327,7 @@ class DiscoveryObjectTest(Case):
 
     def test_later_calls_that_raise_keep_the_hosts_and_the_job_ends_well(self):
         out, err = self.run_program("raises-later")
-        self.assertIn("RESULT ['host-1'] [{'started': 'host-1', 'rank': 0}]", out, err)
+        self.assertIn("RESULT ['host-1/yes'] [{'started': 'host-1', 'rank': 0}]", out, err)
         self.assertIn("Discovery.find_available_hosts_and_slots() raised ConnectionError: "
                       "inventory service down for a moment", err)
         # the driver kept the last host set, as for a failing script
@@ -324,13 +335,13 @@ class DiscoveryObjectTest(Case):
 
     def test_a_call_that_hangs_is_reported_and_the_job_goes_on(self):
         out, err = self.run_program("hangs-later", FN_SECONDS="10")
-        self.assertIn("RESULT ['host-1']", out, err)
+        self.assertIn("RESULT ['host-1/yes']", out, err)
         self.assertRegex(err, r"Discovery\.find_available_hosts_and_slots\(\) has not returned "
                               r"for \d+ s \(it is still running here\)")
 
     def test_a_name_no_agent_has_is_left_out_with_a_warning(self):
         out, err = self.run_program("unknown-name")
-        self.assertIn("RESULT ['host-1']", out, err)
+        self.assertIn("RESULT ['host-1/yes']", out, err)
         self.assertRegex(err, r"lists host 'host-9', which is no node of the cluster at "
                               r"127\.0\.0\.1:\d+ \(its nodes: host-1, host-2\) and not an "
                               r"agent's HOST:PORT; it is left out")
