@@ -14,10 +14,10 @@ using namespace cafhvd::cli;
 
 namespace {
 
-constexpr const char* version = "0.1.0";
+using cafhvd::cli::caf_hvd_version;
 
 void print_usage(std::ostream& os) {
-  os << "caf-hvd " << version << ": a distributed training job launcher (Horovod-compatible)\n\n"
+  os << "caf-hvd " << caf_hvd_version << ": a distributed training job launcher (Horovod-compatible)\n\n"
      << "usage:\n"
      << "  caf-hvd run -np N [options] -- COMMAND [ARGS...]     a job on this machine\n"
      << "  caf-hvd driver -np N -H HOST:SLOTS,... [options] -- COMMAND [ARGS...]\n"
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   std::string_view sub = argv[1];
   try {
     if (sub == "--version" || sub == "version") {
-      std::cout << "caf-hvd " << version << " (CAF 0.17.6)\n";
+      std::cout << "caf-hvd " << caf_hvd_version << " (CAF 0.17.6)\n";
       return 0;
     }
     if (sub == "--help" || sub == "-h" || sub == "help") {

@@ -19,6 +19,9 @@ namespace cafhvd::cli {
 
 namespace po = boost::program_options;
 
+/// This release (`caf-hvd --version`, `-cb`).
+constexpr const char* caf_hvd_version = "0.1.0";
+
 /// A mistake on the command line: main prints it with a pointer to --help, exit code 2.
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;

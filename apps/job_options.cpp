@@ -7,6 +7,8 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +21,8 @@
 #include "runtime/network/nic.hpp"
 #include "runtime/observe/text.hpp"
 #include "runtime/job/env.hpp"
+#include "runtime/job/horovod_knobs.hpp"
+#include "runtime/network/net.hpp"
 
 extern char** environ;
 
@@ -40,6 +44,119 @@ void prepare_output_dir(const std::string& dir) {
 
 } // namespace
 
+// horovodrun's tuning flags and the knob each sets (runtime/job/horovod_knobs.hpp): a
+// switch sets its knob to `value`, the others take the flag's argument.
+struct knob_flag {
+  const char* flag;
+  const char* arg;
+  const char* value; // nullptr: the flag takes a value
+  const char* help;
+};
+constexpr knob_flag knob_flags[] = {
+    {"fusion-threshold-mb", "fusion_threshold_mb", nullptr, "HOROVOD_FUSION_THRESHOLD (MiB)"},
+    {"cycle-time-ms", "cycle_time_ms", nullptr, "HOROVOD_CYCLE_TIME"},
+    {"cache-capacity", "cache_capacity", nullptr, "HOROVOD_CACHE_CAPACITY"},
+    {"hierarchical-allreduce", "hierarchical_allreduce", "true",
+     "HOROVOD_HIERARCHICAL_ALLREDUCE=1"},
+    {"no-hierarchical-allreduce", "hierarchical_allreduce", "false",
+     "HOROVOD_HIERARCHICAL_ALLREDUCE=0"},
+    {"hierarchical-allgather", "hierarchical_allgather", "true",
+     "HOROVOD_HIERARCHICAL_ALLGATHER=1"},
+    {"no-hierarchical-allgather", "hierarchical_allgather", "false",
+     "HOROVOD_HIERARCHICAL_ALLGATHER=0"},
+    {"torus-allreduce", "torus_allreduce", "true",
+     "HOROVOD_TORUS_ALLREDUCE=1"},
+    {"no-torus-allreduce", "torus_allreduce", "false", "HOROVOD_TORUS_ALLREDUCE=0"},
+    {"autotune", "autotune", "true",
+     "HOROVOD_AUTOTUNE=1, and the --autotune-* settings below"},
+    {"no-autotune", "autotune", "false", "autotune off (the default)"},
+    {"autotune-log-file", "autotune_log_file", nullptr, "HOROVOD_AUTOTUNE_LOG"},
+    {"autotune-warmup-samples", "autotune_warmup_samples", nullptr,
+     "HOROVOD_AUTOTUNE_WARMUP_SAMPLES"},
+    {"autotune-steps-per-sample", "autotune_steps_per_sample", nullptr,
+     "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"},
+    {"autotune-bayes-opt-max-samples", "autotune_bayes_opt_max_samples", nullptr,
+     "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES"},
+    {"autotune-gaussian-process-noise", "autotune_gaussian_process_noise", nullptr,
+     "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (0 to 1)"},
+    {"timeline-filename", "timeline_filename", nullptr,
+     "HOROVOD_TIMELINE (Horovod's own timeline; caf-hvd's is --events)"},
+    {"timeline-mark-cycles", "timeline_mark_cycles", "true",
+     "HOROVOD_TIMELINE_MARK_CYCLES=1 with --timeline-filename"},
+    {"no-timeline-mark-cycles", "timeline_mark_cycles", "false",
+     "HOROVOD_TIMELINE_MARK_CYCLES=0 with --timeline-filename"},
+    {"no-stall-check", "no_stall_check", "true", "HOROVOD_STALL_CHECK_DISABLE=1"},
+    {"stall-check", "no_stall_check", "false", "HOROVOD_STALL_CHECK_DISABLE=0"},
+    {"stall-check-warning-time-seconds", "stall_check_warning_time_seconds", nullptr,
+     "HOROVOD_STALL_CHECK_TIME_SECONDS"},
+    {"stall-check-shutdown-time-seconds", "stall_check_shutdown_time_seconds", nullptr,
+     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
+    {"mpi-threads-disable", "mpi_threads_disable", "true",
+     "HOROVOD_MPI_THREADS_DISABLE=1, with a warning: it applies to MPI, which caf-hvd does "
+     "not use"},
+    {"no-mpi-threads-disable", "mpi_threads_disable", "false",
+     "HOROVOD_MPI_THREADS_DISABLE=0 (see --mpi-threads-disable)"},
+    {"num-nccl-streams", "num_nccl_streams", nullptr, "HOROVOD_NUM_NCCL_STREAMS"},
+    {"thread-affinity", "thread_affinity", nullptr, "HOROVOD_THREAD_AFFINITY"},
+    {"tcp", "tcp_flag", "true", "NCCL_IB_DISABLE=1: TCP only"},
+    {"gloo-timeout-seconds", "gloo_timeout_seconds", nullptr, "HOROVOD_GLOO_TIMEOUT_SECONDS"},
+    {"log-level", "log_level", nullptr,
+     "TRACE|DEBUG|INFO|WARNING|ERROR|FATAL: HOROVOD_LOG_LEVEL; TRACE and DEBUG also turn on "
+     "--verbose"},
+    {"log-with-timestamp", "log_with_timestamp", "true", "HOROVOD_LOG_HIDE_TIME=0"},
+    {"log-without-timestamp", "log_with_timestamp", "false", "HOROVOD_LOG_HIDE_TIME=1"},
+    {"log-hide-timestamp", "log_with_timestamp", "false",
+     "= --log-without-timestamp (horovodrun's old name)"},
+    {"no-log-hide-timestamp", "log_with_timestamp", "true",
+     "= --log-with-timestamp (horovodrun's old name)"},
+};
+
+// horovodrun's -cb, for this installation: what a job can use here. Frameworks are the
+// ranks' own (caf-hvd launches them), so it names the controller, the rendezvous and
+// stores it serves, and whether the network module (TLS to node agents) loads.
+void print_check_build(std::ostream& os) {
+  std::string net_problem;
+  try {
+    net::module();
+  } catch (const std::exception& e) {
+    net_problem = e.what();
+  }
+  auto x = [](bool b) { return b ? "X" : " "; };
+  os << fmt::format("caf-hvd v{} (CAF 0.17.6):\n\n"
+                    "Available Controllers:\n"
+                    "    [ ] MPI\n"
+                    "    [X] Gloo\n\n"
+                    "Served to every job:\n"
+                    "    [X] Horovod's Gloo rendezvous (HTTP, elastic included)\n"
+                    "    [X] torch.distributed's TCPStore at MASTER_PORT (--torch-store)\n\n"
+                    "Node agents:\n"
+                    "    [{}] network module (mutual TLS to node agents){}\n\n"
+                    "Frameworks (TensorFlow, PyTorch, MXNet) and tensor operations (NCCL, "
+                    "Gloo, ...) are those of the Horovod the ranks import: run its "
+                    "`horovodrun -cb` where it is installed.\n",
+                    caf_hvd_version, x(net_problem.empty()),
+                    net_problem.empty() ? "" : ": " + net_problem);
+}
+
+// horovodrun's other spellings of our flags, before the command.
+void canonical_args(std::vector<std::string>& args) {
+  static const std::pair<const char*, const char*> renames[] = {
+      {"--min-num-proc", "--min-np"},
+      {"--max-num-proc", "--max-np"},
+      {"-prefix-timestamp", "--prefix-output-with-timestamp"},
+      {"--prefix-timestamp", "--prefix-output-with-timestamp"},
+      {"-cb", "--check-build"},
+      {"--cb", "--check-build"}};
+  for (auto& a : args)
+    for (auto& [from, to] : renames) {
+      std::string f = from;
+      if (a == f)
+        a = to;
+      else if (a.rfind(f + "=", 0) == 0)
+        a = std::string{to} + a.substr(f.size());
+    }
+}
+
 job_options::job_options(const std::string& title, bool with_hosts) : desc{title}, visible{title} {
   po::options_description job{"the job"}, hosts_opts{"hosts"}, elastic{"elastic jobs"},
       output{"output"}, net{"networking"}, torch{"torch.distributed"},
@@ -47,7 +164,8 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
       exec{"executor mode (the caf_hvd Python "
            "package starts this)"},
       hidden;
-  job.add_options()("help,h", "show this help")("np", po::value(&np),
+  job.add_options()("help,h", "show this help")(
+      "version,v", "print caf-hvd's version and exit (horovodrun's -v)")("np", po::value(&np),
                                                 "number of ranks (elastic: the initial minimum)")(
       "start-timeout", po::value(&start_timeout)->default_value(30),
       "seconds for every rank to be placed and started")(
@@ -168,20 +286,31 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
       "largest frame payload in MiB, either direction");
   compat.add_options()("num-proc", po::value(&np), "= -np (horovodrun)")(
       "network-interfaces", po::value(&nics), "= --network-interface (horovodrun)")(
-      "gloo-timeout-seconds", po::value(&gloo_timeout),
-      "sets HOROVOD_GLOO_TIMEOUT_SECONDS for the ranks (horovodrun)")(
-      "log-level", po::value(&log_level),
-      "TRACE|DEBUG|INFO|WARNING|ERROR|FATAL: HOROVOD_LOG_LEVEL for the ranks; TRACE and "
-      "DEBUG also turn on --verbose (horovodrun)")("timeline-filename", po::value(&timeline),
-                                                   "sets HOROVOD_TIMELINE (horovodrun)")(
-      "autotune", "sets HOROVOD_AUTOTUNE=1 (horovodrun)")(
-      "fusion-threshold-mb", po::value(&fusion_threshold_mb),
-      "sets HOROVOD_FUSION_THRESHOLD (horovodrun)")("cycle-time-ms", po::value(&cycle_time_ms),
-                                                    "sets HOROVOD_CYCLE_TIME (horovodrun)")(
-      "cache-capacity", po::value(&cache_capacity), "sets HOROVOD_CACHE_CAPACITY (horovodrun)")(
+      "config-file", po::value(&config_file),
+      "horovodrun's YAML file of tuning knobs (params, autotune, timeline, stall_check, "
+      "library_options, logging, controller); flags given here win over it")(
+      "check-build", "print what this installation supports (frameworks, controllers, "
+                     "operations) and exit (horovodrun's -cb)");
+  // horovodrun's knobs: each sets a HOROVOD_* variable of every rank, as horovodrun does
+  for (auto& k : knob_flags) {
+    if (k.value)
+      compat.add_options()(k.flag, k.help);
+    else
+      compat.add_options()(k.flag, po::value<std::string>(), k.help);
+  }
+  compat.add_options()(
+      "mpi-args", po::value<std::string>(),
+      "accepted with a warning: there is no mpirun to pass them to (horovodrun)")(
+      "binding-args", po::value<std::string>(),
+      "accepted with a warning: ranks are not bound by an MPI launcher (horovodrun)")(
       "gloo", "accepted: Gloo is the controller")("disable-cache",
                                                   "accepted: caf-hvd caches nothing between jobs")(
       "mpi", "not supported: Gloo only")("jsrun", "not supported: Gloo only");
+  // horovodrun's other spellings, rewritten to ours before parsing (canonical_args)
+  hidden.add_options()("cb", "")("prefix-timestamp", "");
+  if (with_hosts)
+    hidden.add_options()("min-num-proc", po::value<int>(), "")("max-num-proc",
+                                                               po::value<int>(), "");
   if (!with_hosts)
     compat.add_options()("ssh-port,p", po::value(&ssh_port),
                          "not for run (this machine only): caf-hvd driver --launcher ssh")(
@@ -215,9 +344,18 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
     o.print_help(std::cout, title);
     return std::nullopt;
   }
+  canonical_args(args);
   po::positional_options_description pos;
   pos.add("command", -1);
   auto vm = parse(args, o.desc, &pos);
+  if (vm.count("version")) {
+    std::cout << "caf-hvd " << caf_hvd_version << " (CAF 0.17.6)\n";
+    return std::nullopt;
+  }
+  if (vm.count("check-build")) {
+    print_check_build(std::cout);
+    return std::nullopt;
+  }
   o.command.insert(o.command.end(), cmd.begin(), cmd.end());
 
   job_config job;
@@ -264,42 +402,54 @@ std::optional<job_request> parse_job_options(int argc, char** argv, bool embedde
   for (auto flag : {"mpi", "jsrun"})
     if (vm.count(flag))
       throw usage_error(fmt::format("--{} is not supported: caf-hvd runs Gloo jobs only", flag));
-  // horovodrun's tunables are environment variables of the ranks
-  auto horovod_env = [&](const char* key, const std::string& value) {
-    o.env.push_back(fmt::format("{}={}", key, value));
-  };
-  if (vm.count("gloo-timeout-seconds")) {
-    if (o.gloo_timeout < 1)
-      throw usage_error("--gloo-timeout-seconds must be at least 1");
-    horovod_env("HOROVOD_GLOO_TIMEOUT_SECONDS", std::to_string(o.gloo_timeout));
+  // horovodrun's tunables are environment variables of the ranks: its flags first, then
+  // its config file where they left a knob unset
+  horovod_knobs knobs;
+  const char* who = embedded ? "caf-hvd run" : "caf-hvd driver";
+  for (auto& k : knob_flags) {
+    if (!vm.count(k.flag))
+      continue;
+    for (auto& other : knob_flags)
+      if (&other != &k && std::string{other.arg} == k.arg && vm.count(other.flag)
+          && &other > &k)
+        throw usage_error(fmt::format("--{} and --{} exclude each other", k.flag, other.flag));
+    knobs.fill(k.arg, k.value ? k.value : vm[k.flag].as<std::string>());
   }
-  if (vm.count("log-level")) {
-    static const std::vector<std::string> levels{"TRACE",   "DEBUG", "INFO",
-                                                 "WARNING", "ERROR", "FATAL"};
-    std::string level = o.log_level;
+  if (vm.count("config-file")) {
+    std::ifstream in{o.config_file};
+    if (!in)
+      throw usage_error(fmt::format("--config-file {}: cannot read it: {}", o.config_file,
+                                    std::strerror(errno)));
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      read_horovod_config(text.str(), o.config_file, knobs);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error(e.what());
+    }
+  }
+  try {
+    for (auto& e : horovod_env(knobs))
+      o.env.push_back(e);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  if (knobs.has("log_level")) {
+    auto level = knobs.values.at("log_level");
     std::transform(level.begin(), level.end(), level.begin(), ::toupper);
-    if (std::find(levels.begin(), levels.end(), level) == levels.end())
-      throw usage_error(fmt::format("--log-level '{}': expected one of TRACE, DEBUG, INFO, "
-                                    "WARNING, ERROR, FATAL",
-                                    o.log_level));
-    horovod_env("HOROVOD_LOG_LEVEL", level);
     if (level == "TRACE" || level == "DEBUG")
       job.verbose = true;
   }
-  if (vm.count("timeline-filename"))
-    horovod_env("HOROVOD_TIMELINE", o.timeline);
-  if (vm.count("autotune"))
-    horovod_env("HOROVOD_AUTOTUNE", "1");
-  if (vm.count("fusion-threshold-mb")) {
-    if (!(o.fusion_threshold_mb >= 0))
-      throw usage_error("--fusion-threshold-mb must not be negative");
-    horovod_env("HOROVOD_FUSION_THRESHOLD",
-                std::to_string(static_cast<long long>(o.fusion_threshold_mb * 1024 * 1024)));
-  }
-  if (vm.count("cycle-time-ms"))
-    horovod_env("HOROVOD_CYCLE_TIME", std::to_string(o.cycle_time_ms));
-  if (vm.count("cache-capacity"))
-    horovod_env("HOROVOD_CACHE_CAPACITY", std::to_string(o.cache_capacity));
+  if (knobs.has("mpi_threads_disable"))
+    std::cerr << fmt::format("{}: warning: --mpi-threads-disable sets "
+                             "HOROVOD_MPI_THREADS_DISABLE, which only MPI jobs read; caf-hvd "
+                             "runs Gloo jobs\n",
+                             who);
+  for (auto flag : {"mpi-args", "binding-args"})
+    if (vm.count(flag))
+      std::cerr << fmt::format("{}: warning: --{} is ignored: there is no mpirun here (ranks "
+                               "are started by node agents)\n",
+                               who, flag);
   job.prefix_timestamp = vm.count("prefix-output-with-timestamp") > 0;
   if (!vm.count("events"))
     if (const char* e = std::getenv("CAF_HVD_EVENTS"); e && *e)

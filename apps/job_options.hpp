@@ -53,10 +53,9 @@ struct job_options {
   double slot_wait = 60;
   std::vector<std::string> env;
   std::vector<std::string> command;
-  // horovodrun's and torchrun's spellings
-  int gloo_timeout = 0, cycle_time_ms = 0, cache_capacity = -1;
-  double fusion_threshold_mb = -1;
-  std::string log_level, timeline, events, dashboard;
+  // horovodrun's knobs are read from the parsed options (knob_flags in job_options.cpp)
+  std::string config_file; // --config-file: horovodrun's YAML
+  std::string events, dashboard;
   std::vector<std::string> dashboard_names;
   double dashboard_keep = 0;
   // elastic (driver only)

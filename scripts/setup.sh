@@ -7,7 +7,7 @@ build=${1:-build}
 shift || true
 
 packages=(g++ meson ninja-build pkg-config cmake python3 libcaf-dev libfmt-dev
-          libboost-dev libboost-program-options-dev doctest-dev libgloo-dev libssl-dev nlohmann-json3-dev
+          libboost-dev libboost-program-options-dev doctest-dev libgloo-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev
           iproute2 util-linux python3-cloudpickle help2man dpkg-dev lintian python3-pip
           python3-venv python3-setuptools python3-sphinx python3-myst-parser python3-sphinx-rtd-theme)
 missing=()

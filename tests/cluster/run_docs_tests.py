@@ -166,6 +166,80 @@ class DocsTest(unittest.TestCase):
                 if "warning" not in lines[0]:
                     self.assertNotEqual(rc, 0, output)
 
+    def test_every_horovodrun_flag_does_what_the_migration_table_says(self):
+        """Every flag of horovodrun 0.28.1 (read from the vendored horovod/runner/launch.py)
+        has a row in the migration page's table, and each row's claim holds."""
+        rows = horovodrun_table(os.path.join(DOCS, "migrating.md"))
+        theirs = horovodrun_flags()
+        self.assertGreater(len(theirs), 60)
+        given = {tok.split("=")[0] for invs, _ in rows for inv in invs for tok in inv.split()
+                 if tok.startswith("-")}
+        self.assertEqual(sorted(set(theirs) - given), [],
+                         "horovodrun flags with no row in migrating.md's table")
+        env = dict(self.env, CAF_HVD_CLUSTER_DIR=os.path.join(self.dir, "none"))
+        for invocations, claim in rows:
+            for inv in invocations:
+                with self.subTest(flag=inv):
+                    self.check_claim(inv.split(), claim, env)
+
+    def check_claim(self, flag, claim, env):
+        kind = claim.split(":")[0].split()[0]
+        if kind == "driver":
+            r = subprocess.run([CAF_HVD, "driver", *flag, "--", "true"], env=env,
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotIn("unrecognised option", r.stderr)
+            self.assertNotIn("unrecognized option", r.stderr)
+            return
+        np = [] if flag[0] in ("-np", "--num-proc") else ["-np", "1"]
+        r = subprocess.run([CAF_HVD, "run", *np, *flag, "--", "env"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        if kind == "refused":
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("not supported", r.stderr)
+            return
+        self.assertEqual(r.returncode, 0, r.stderr)
+        if flag[0] in ("-v", "--version"):
+            self.assertRegex(r.stdout, r"^caf-hvd \d+\.\d+\.\d+ ")
+            return
+        if flag[0] in ("-cb", "--check-build"):
+            self.assertIn("[X] Gloo", r.stdout)
+            return
+        if kind == "warns":
+            self.assertIn(f"warning: {flag[0].split('=')[0]}", r.stderr)
+        for entry in re.findall(r"`([A-Z_]+=[^`]*)`", claim):
+            self.assertIn(f"[0]<stdout>:{entry}", r.stdout.splitlines(), claim)
+
+
+TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "vendor", "horovod-0.28.1-src.tar.xz")
+
+
+def horovodrun_flags():
+    """Every option string of horovodrun's parser (horovod/runner/launch.py)."""
+    import lzma
+    import tarfile
+    with lzma.open(TARBALL) as xz, tarfile.open(fileobj=xz) as tar:
+        text = tar.extractfile("horovod-0.28.1/horovod/runner/launch.py").read().decode()
+    flags = set()
+    for call in re.findall(r"add_argument\(((?:'[^']*'\s*,\s*)+)", text):
+        flags.update(f for f in re.findall(r"'(-[^']*)'", call))
+    return sorted(flags)
+
+
+def horovodrun_table(path):
+    """The rows of the page's "Every flag of horovodrun" table: (the invocations of its
+    first cell, its second cell)."""
+    rows, inside = [], False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("### Every flag of horovodrun"):
+                inside = True
+            elif inside and line.startswith("#"):
+                break
+            elif inside and line.startswith("| `"):
+                first, second = line.strip().strip("|").split("|", 1)
+                rows.append((re.findall(r"`([^`]+)`", first), second.strip().strip("|").strip()))
+    return rows
+
 
 if __name__ == "__main__":
     sys.exit(run_suite(DocsTest, sys.argv[1:]))
