@@ -116,6 +116,13 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         self->quit(caf::exit_reason::user_shutdown);
         return;
       }
+      // A worker whose launch never came has no process to stop and no launch to wait
+      // for (only this colocator launches, and nothing more comes from a lost driver): it
+      // ends now, and its node slot is free once it is gone. The others get SIGTERM, and
+      // SIGKILL after the grace period.
+      for (auto& [slot, w] : st.by_slot)
+        if (!st.pids.count(slot) && !st.launching.count(slot))
+          self->send_exit(w, caf::exit_reason::user_shutdown);
       for (auto& w : st.workers)
         self->send(w, terminate_atom::value, int32_t{SIGTERM});
       self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
@@ -307,15 +314,20 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           spec.executor = batch.executor;
           spec.boot = batch.boot;
           spec.max_frame = batch.max_frame;
+          st.launching.insert(batch.slots[i]);
           self->request(it->second, std::chrono::seconds(60), launch_atom::value, std::move(spec))
               .then(
                   [self, slot = batch.slots[i], pids, i, done_one](int32_t pid) mutable {
+                    self->state.launching.erase(slot);
                     (*pids)[i] = pid;
                     if (pid > 0 && self->state.by_slot.count(slot))
                       self->state.pids[slot] = pid;
                     done_one();
                   },
-                  [done_one](caf::error&) mutable { done_one(); });
+                  [self, slot = batch.slots[i], done_one](caf::error&) mutable {
+                    self->state.launching.erase(slot);
+                    done_one();
+                  });
         }
         return rp;
       },

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,7 @@ struct colocator_state {
   uint64_t next_probe = 1;
   std::map<uint32_t, worker_actor> by_slot; // workers it spawned, by slot id
   std::map<uint32_t, int32_t> pids;         // their processes (caf-hvd-exec, a group leader)
+  std::set<uint32_t> launching;             // slots whose launch was sent, not answered yet
   std::map<uint64_t, caf::typed_response_promise<gloo_abort_report>> aborts;
   uint64_t next_abort = 1;
   std::shared_ptr<gpu_pool> gpu_pool_held; // set once devices are lent to this job

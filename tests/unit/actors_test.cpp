@@ -121,6 +121,44 @@ TEST_CASE_FIXTURE(fixture, "a driver's teardown escalates too, and a lost driver
   CHECK(log->signals == std::vector<int32_t>{15, 9});
 }
 
+TEST_CASE_FIXTURE(fixture, "a lost driver's workers that were never launched end at once: the "
+                           "colocator ends and the node's slots are free before any grace") {
+  cfg.node->jobs->set_capacity(2);
+  // a driver that takes the colocator's answer (the workers) and anything else
+  auto driver_actor_ = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+    self->set_default_handler(caf::drop);
+    return {[](const std::vector<worker_actor>&) {}};
+  });
+  auto driver = caf::actor_cast<driver_actor>(driver_actor_);
+  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"},
+                             int32_t{60000}, signed_ticket{});
+  // a colocator that waits on (the bug) would hold up the actor system's end: ended here
+  // whatever the checks found
+  std::shared_ptr<void> end_it(nullptr, [&](void*) {
+    caf::anon_send_exit(colocator, caf::exit_reason::kill);
+    sched.run();
+  });
+  sched.run();
+  // the driver asks for two workers (real ones), then is lost before their launch
+  caf::send_as(driver_actor_, colocator, workers_atom::value, std::vector<uint32_t>{1, 2});
+  sched.run();
+  cfg.node->jobs->open(99, job_summary{"other", "", 0, {}, 0}); // another job on the node
+  std::string why;
+  REQUIRE(cfg.node->jobs->take(99, 1, why).empty()); // the workers hold the node's slots
+  CHECK(why.find("2 are held (2 by job job)") != std::string::npos);
+  caf::scoped_actor self{sys};
+  self->monitor(colocator);
+  caf::anon_send_exit(driver_actor_, caf::exit_reason::remote_link_unreachable);
+  sched.run(); // no timeout triggered: a worker with nothing to stop does not wait for one
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(down);
+  auto jobs = cfg.node->jobs->snapshot(); // the lost driver's job is no longer listed
+  REQUIRE(jobs.size() == 1);
+  CHECK(jobs[0].job == "other");
+  CHECK(cfg.node->jobs->take(99, 2, why).size() == 2); // another job gets both slots
+}
+
 TEST_CASE_FIXTURE(fixture,
                   "the guardian stops every enlisted colocator and quits when they are gone") {
   auto guardian = spawn_guardian(sys);
