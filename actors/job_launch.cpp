@@ -50,6 +50,8 @@ void job::start_slots(const std::string& hostname,
       }
       go.push_back(ids[i]);
     }
+    log("host {}: the workers of {} slot{} are spawned and registered", ep, go.size(),
+        go.size() == 1 ? "" : "s");
     launch_slots(ep, go);
     maybe_finish(); // a failure above may have left nothing running
   };

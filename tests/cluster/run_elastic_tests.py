@@ -329,6 +329,39 @@ class ElasticTest(unittest.TestCase):
         wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 15,
                    "the ranks of a killed driver to be stopped by their agents")
 
+    def test_driver_killed_between_spawn_and_launch_leaks_no_slot(self):
+        """--cold-joins: hb's two slots get workers when generation 2 forms, and their
+        processes wait for its release, which waits for ha's rank to re-join; it never
+        does (its program does not speak Horovod's rendezvous). The driver is SIGKILLed
+        there. hb's agent ends the never-launched workers at once: its 2 slots take a new
+        job of 2 ranks. Before, its colocator waited for a launch that would never come,
+        holding both slots and listing the job until the agent itself stopped."""
+        self.c.node("ha", slots=1)
+        self.c.node("hb", slots=2)
+        self.set_hosts(("ha", 1))
+        self.start("--min-np", "1", "--cold-joins", "--verbose",
+                   program=["sh", "-c", "echo step 1 size 1 sum 1 t=0; exec sleep 300"])
+        self.wait_for_step(1)
+        self.set_hosts(("ha", 1), ("hb", 2))
+        spawned = re.compile(r"host 127\.0\.0\.1:\d+: the workers of 2 slots are spawned")
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(spawned.search(x) for x in seen):
+            line = self.driver.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
+        self.assertTrue(any(spawned.search(x) for x in seen), "".join(seen)[-3000:])
+        self.driver.kill()
+        self.driver.wait()
+        hb = self.c.nodes["hb"][1]
+        # a job that needs both of hb's slots starts (it waits for nothing)
+        rc, out, err = self.c.run(["driver", "-np", "2", "-H", f"127.0.0.1:{hb}:2", "--",
+                                   "sh", "-c", "echo ran"], timeout=60)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.count("ran"), 2, out)
+        self.assertNotIn("are held", err)
+
     def test_no_host_of_the_previous_generation_left(self):
         self.c.node("ha")
         self.c.node("hb")
