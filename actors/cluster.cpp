@@ -700,6 +700,7 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
             }
           }
           set_draining(n, on, admin);
+          report(self); // the table's view follows at once, not at the next tick
           say(n, on ? "drained by the cluster's administrator: no new jobs; running ranks go on"
                     : "undrained: it takes jobs again");
         },

@@ -307,6 +307,10 @@ std::string membership_table::set_drained(const std::string& name, bool drained)
                        names.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(names, ", ")));
   }
   it->second.row.drained = drained;
+  // The node is told to undrain: until its next report says otherwise (it refused), it
+  // counts as undrained, so status does not show it drained after the undrain.
+  if (!drained)
+    it->second.row.info.draining = false;
   return {};
 }
 

@@ -154,7 +154,8 @@ public:
   /// Forgets rows gone for longer than `keep_ms`.
   void expire(int64_t now_ms, int64_t keep_ms);
   /// An administrator drains (true) or undrains a node: it gets no new ranks, elastic
-  /// jobs leave it. "" or why not (no such node).
+  /// jobs leave it. An undrain also clears the node's own draining mark until its next
+  /// report (it is being told). "" or why not (no such node).
   std::string set_drained(const std::string& name, bool drained);
   /// The member that holds `name`'s row (for telling it), if alive.
   std::optional<uint64_t> member_of(const std::string& name) const;

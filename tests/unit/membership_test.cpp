@@ -95,6 +95,21 @@ TEST_CASE("membership: status shows states, slots in use and where each job's ra
   CHECK(j["nodes"][1]["jobs"][1]["gpus"][0] == 0);
 }
 
+TEST_CASE("membership: a node undrained through the table shows alive at once, before its "
+          "next report; one that drains itself stays draining") {
+  membership_table t;
+  auto a = node("ha", 4);
+  a.draining = true; // the agent reported its drain (the administrator's, through the table)
+  CHECK(t.join(1, a, cert("ha"), 1000) == "");
+  CHECK(t.set_drained("ha", true) == "");
+  CHECK(status_json(t.view(2000))["nodes"][0]["state"] == "drained");
+  CHECK(t.set_drained("ha", false) == "");
+  CHECK(status_json(t.view(2000))["nodes"][0]["state"] == "alive");
+  // a node whose agent still says it drains (it refused the undrain) shows it again
+  CHECK(t.update(1, a, 2500));
+  CHECK(status_json(t.view(3000))["nodes"][0]["state"] == "drained");
+}
+
 TEST_CASE("membership: labels and cluster addresses as the options take them") {
   CHECK(parse_labels({"zone=b", "gpu=a100", "k8s.io/pool=x:1"})
         == std::vector<std::string>{"gpu=a100", "k8s.io/pool=x:1", "zone=b"});
