@@ -330,6 +330,7 @@ private:
   void send_rank_table();
   void on_shutdown();
   void on_kill_host(const std::string& name);
+  bool runs_on(const std::string& ep, const std::vector<uint32_t>& except) const;
   void on_owner_gone(const std::string& problem);
   void end_for_owner(int code);
 

@@ -72,9 +72,32 @@ void job::start_slots(const std::string& hostname,
             both->workers = std::move(workers);
             ready();
           },
-          [this, ids](caf::error& e) {
-            fail_running(ids, fmt::format("cannot start its worker: {}", describe(e)));
+          [this, ids, ep](caf::error& e) {
+            auto why = describe(e);
+            // A node full of other jobs' ranks is not a broken node: an elastic job that
+            // has nothing running there yet leaves it for now and asks again while it is
+            // listed, instead of blacklisting it.
+            if (elastic_ && why.find(node_full_words) != std::string::npos
+                && !runs_on(ep, ids)) {
+              for (auto id : ids)
+                if (auto* s = slot_by_id(id); s && s->running) {
+                  s->running = false;
+                  s->retired = true;
+                  send(coord_, leave_atom::value, s->key);
+                }
+              return host_unusable(ep, why);
+            }
+            fail_running(ids, fmt::format("cannot start its worker: {}", why));
           });
+}
+
+// True when a slot of this job other than `except` runs on host `ep`.
+bool job::runs_on(const std::string& ep, const std::vector<uint32_t>& except) const {
+  for (auto& [id, s] : slots_)
+    if (s.endpoint == ep && s.running
+        && std::find(except.begin(), except.end(), id) == except.end())
+      return true;
+  return false;
 }
 
 // A batch request for these slots failed: each still running fails with `why`.

@@ -121,6 +121,7 @@ std::vector<uint32_t> node_book::take_locked(uint64_t colocator, uint32_t n, std
     std::vector<std::string> holders;
     for (auto& [id, count] : by_job)
       holders.push_back(fmt::format("{} by job {}", count, id));
+    static_assert(node_full_words == " for all jobs and ");
     why = fmt::format("the node has {} slot{} for all jobs and {} {} held ({}); {} more do not "
                       "fit",
                       capacity_, capacity_ == 1 ? "" : "s", held_.size(),

@@ -28,6 +28,10 @@ struct job_summary {
   int64_t since_ms = 0;      // Unix ms when its colocator started
 };
 
+/// Words of every refusal of a full node (node_book::take's why): a job tells a node
+/// full of other jobs' ranks (wait) from a broken one (blacklist) by them.
+inline constexpr std::string_view node_full_words = " for all jobs and ";
+
 /// A node agent's jobs and slots: its `--slots` is the node's capacity for all jobs
 /// together (0: not limited); each live worker holds one node-wide slot index, from its
 /// spawn until it is gone, whichever job it belongs to. Thread-safe.

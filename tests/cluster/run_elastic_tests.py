@@ -329,6 +329,41 @@ class ElasticTest(unittest.TestCase):
         wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 15,
                    "the ranks of a killed driver to be stopped by their agents")
 
+    def test_a_node_full_of_another_jobs_ranks_is_waited_for_not_blacklisted(self):
+        """hx (--slots 1) runs another job's rank when discovery lists it for this elastic
+        job: its agent refuses the ranks ("the node has 1 slot for all jobs and 1 is
+        held"). The node is full, not broken: the job leaves it for now, says why, and
+        takes it once the other job has ended. It blacklisted hx before."""
+        self.c.node("ha")
+        self.c.node("hx", slots=1)
+        hx = self.c.nodes["hx"][1]
+        other = self.c.start(["driver", "-np", "1", "-H", f"127.0.0.1:{hx}:1", "--",
+                              "sh", "-c", "echo holding; exec sleep 300"])
+        self.assertIn("holding", other.stdout.readline())
+        self.set_hosts(("ha", 1))
+        self.start("--min-np", "1", steps=1200)
+        self.wait_for_step(5)
+        self.set_hosts(("ha", 1), ("hx", 1))
+        refused = re.compile(r"warning: discovered host 127\.0\.0\.1:\d+ is not used \(trying "
+                             r"again while it is listed\): .*the node has 1 slot for all jobs "
+                             r"and 1 is held")
+        err_lines = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(refused.search(x) for x in err_lines):
+            line = self.driver.stderr.readline()
+            if not line:
+                break
+            err_lines.append(line)
+        self.assertTrue(any(refused.search(x) for x in err_lines), "".join(err_lines)[-3000:])
+        other.send_signal(signal.SIGTERM)
+        other.wait(timeout=30)
+        rc, out, err = self.finish(timeout=120)
+        err = "".join(err_lines) + err
+        self.assertEqual(rc, 0, err[-3000:])
+        self.assertNotIn("blacklisted", err)
+        self.assertRegex(err, r"generation \d+: 2 ranks on ha:1,hx:1 \(added hx\)")
+        self.check_run(out, 1200)
+
     def test_driver_killed_between_spawn_and_launch_leaks_no_slot(self):
         """--cold-joins: hb's two slots get workers when generation 2 forms, and their
         processes wait for its release, which waits for ha's rank to re-join; it never
