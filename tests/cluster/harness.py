@@ -147,6 +147,20 @@ def rendezvous_of(pid):
             int(env[b"HOROVOD_GLOO_RENDEZVOUS_PORT"]))
 
 
+def none_left_with(key, value, timeout):
+    """A test's closing check: waits up to `timeout` s until no process carries KEY=VALUE
+    in its environment (the test's tag); kills those left, and then fails."""
+    try:
+        wait_until(lambda: not pids_with_env_entry(key, value), timeout,
+                   "no process of the test left")
+    finally:
+        for pid in pids_with_env_entry(key, value):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def leftover_ranks():
     """A suite's closing check: rank shims (caf-hvd-exec) of this suite's agents still
     running (found by the suite's CAF_HVD_CLUSTER_DIR, which agents pass to their ranks,

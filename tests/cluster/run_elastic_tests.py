@@ -112,6 +112,19 @@ class ElasticTest(unittest.TestCase):
         raise AssertionError(f"no step {n} within {timeout}s:\n{''.join(self.out_lines)[-2000:]}"
                              f"{self.event_tail()}")
 
+    def read_stderr_until(self, pattern, timeout=30):
+        """Reads the driver's stderr until a line matches `pattern`; returns the lines
+        read (fails with them when the driver ends or the time is up first)."""
+        lines = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not any(pattern.search(x) for x in lines):
+            line = self.driver.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+        self.assertTrue(any(pattern.search(x) for x in lines), "".join(lines)[-3000:])
+        return lines
+
     def rank_pid(self, rank):
         """Pid of the program that currently has HOROVOD_RANK=rank at start (gen 1)."""
         pid = pid_with_env(ALLREDUCE, prefix=True, HOROVOD_RANK=rank, HOROVOD_ELASTIC=1)
@@ -347,14 +360,7 @@ class ElasticTest(unittest.TestCase):
         refused = re.compile(r"warning: discovered host 127\.0\.0\.1:\d+ is not used \(trying "
                              r"again while it is listed\): .*the node has 1 slot for all jobs "
                              r"and 1 is held")
-        err_lines = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(refused.search(x) for x in err_lines):
-            line = self.driver.stderr.readline()
-            if not line:
-                break
-            err_lines.append(line)
-        self.assertTrue(any(refused.search(x) for x in err_lines), "".join(err_lines)[-3000:])
+        err_lines = self.read_stderr_until(refused)
         other.send_signal(signal.SIGTERM)
         other.wait(timeout=30)
         rc, out, err = self.finish(timeout=120)
@@ -379,14 +385,7 @@ class ElasticTest(unittest.TestCase):
         self.wait_for_step(1)
         self.set_hosts(("ha", 1), ("hb", 2))
         spawned = re.compile(r"host 127\.0\.0\.1:\d+: the workers of 2 slots are spawned")
-        seen = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(spawned.search(x) for x in seen):
-            line = self.driver.stderr.readline()
-            if not line:
-                break
-            seen.append(line)
-        self.assertTrue(any(spawned.search(x) for x in seen), "".join(seen)[-3000:])
+        self.read_stderr_until(spawned)
         self.driver.kill()
         self.driver.wait()
         hb = self.c.nodes["hb"][1]

@@ -22,6 +22,7 @@ outlives it. Run by `meson test horovod-ray-elastic`."""
 import lzma
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from harness import horovod_site, pids_with_env_entry, run_suite, wait_until  # noqa: E402
+from harness import horovod_site, none_left_with, run_suite  # noqa: E402
 from ray_elastic_fixture import cluster_of  # noqa: E402
 
 from caf_hvd import ElasticRayExecutor, ExecutorError  # noqa: E402
@@ -94,24 +95,11 @@ def port_of_horovods_test():
     return text
 
 
-def tagged_pids():
-    return pids_with_env_entry(TAG, os.environ[TAG])
-
-
 class Case(unittest.TestCase):
     def setUp(self):
-        self.addCleanup(self.nothing_left)
+        self.addCleanup(none_left_with, TAG, os.environ[TAG], 30)
         self.dir = tempfile.mkdtemp(prefix="caf-hvd-ray-elastic-test-")
-
-    def nothing_left(self):
-        try:
-            wait_until(lambda: not tagged_pids(), 30, "no process of the test left")
-        finally:
-            for pid in tagged_pids():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        self.addCleanup(shutil.rmtree, self.dir, True)
 
     def env(self):
         """Real Horovod and caf_hvd for the test's python and its workers."""

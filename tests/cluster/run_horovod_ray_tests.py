@@ -36,7 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from harness import Cluster, horovod_site, pids_with_env_entry, run_suite, wait_until  # noqa: E402
+from harness import (Cluster, horovod_site, none_left_with, pids_with_env_entry,  # noqa: E402
+                     run_suite, wait_until)
 
 import caf_hvd  # noqa: E402
 from caf_hvd import RayExecutor, WorkerError  # noqa: E402
@@ -72,14 +73,7 @@ class Case(unittest.TestCase):
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = self.saved_path
-        try:
-            wait_until(lambda: not tagged_pids(), 20, "no process of the test left")
-        finally:
-            for pid in tagged_pids():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        none_left_with(TAG, os.environ[TAG], 20)
         subprocess.run(["rm", "-rf", self.dir])
 
     def agents(self, *names):
