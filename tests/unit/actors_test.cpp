@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <stdlib.h>
+#include <thread>
 
 #include "actors/cluster.hpp"
 #include "actors/config.hpp"
@@ -412,6 +413,105 @@ TEST_CASE_FIXTURE(fixture, "a colocator obeys only its driver, its agent and its
   caf::anon_send_exit(colocator, caf::exit_reason::user_shutdown);
   post_from(cfg.node->guardian, shutdown_atom::value);
   sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "a worker obeys only its colocator and its driver, and takes "
+                           "output, exits and frames only from itself: a stranger starts, "
+                           "signals and forges nothing") {
+  cfg.node->name = "sw";
+  cfg.node->shim = CAF_HVD_EXEC;
+  caf::scoped_actor colocator{sys}, driver{sys};
+  caf::scoped_actor stranger{sys}; // another user's driver, a node, any actor of a peer
+  auto worker = sys.spawn(worker_fn, caf::actor_cast<colocator_actor>(colocator.ptr()),
+                          caf::actor_cast<driver_actor>(driver.ptr()), coordinator_actor{},
+                          uint32_t{3}, std::shared_ptr<const rank_identity>{});
+  std::shared_ptr<void> end_it(nullptr, [&](void*) {
+    caf::anon_send_exit(worker, caf::exit_reason::kill);
+    sched.run();
+  });
+  sched.run();
+  colocator->receive([](enlist_atom, const worker_actor&) {},
+                     caf::after(std::chrono::seconds(0)) >> [] { FAIL("the worker did not enlist"); });
+  auto dir = std::filesystem::temp_directory_path()
+             / ("caf-hvd-worker-stranger-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto forged = dir / "forged", launched = dir / "launched";
+  auto spec_writing = [](const std::filesystem::path& f) {
+    launch_spec s;
+    s.argv = {"/bin/sh", "-c", "touch " + f.string() + "; echo ran"};
+    s.env = {"PATH=/usr/bin:/bin"};
+    s.cwd = "/";
+    return s;
+  };
+  // What reached the driver, without waiting: exits, output lines, results, logs.
+  auto driver_heard = [&] {
+    std::vector<std::string> heard;
+    bool more = true;
+    while (more)
+      driver->receive(
+          [&](exited_atom, rank_exit& ex) { heard.push_back("exit " + std::to_string(ex.code)); },
+          [&](output_atom, output_batch& b) {
+            for (auto& l : b.lines)
+              heard.push_back("output " + l);
+            return caf::ok_atom::value;
+          },
+          [&](result_atom, uint32_t, uint64_t, std::string& p) { heard.push_back("result " + p); },
+          [&](log_atom, uint32_t, std::string& p) {
+            heard.push_back("log " + p);
+            return caf::ok_atom::value;
+          },
+          [&](chanfail_atom, uint32_t, std::string& p) { heard.push_back("chanfail " + p); },
+          caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    return heard;
+  };
+  auto before = refused_messages.load();
+  auto r = stranger->request(worker, caf::infinite, launch_atom::value, spec_writing(forged));
+  sched.run();
+  std::string answer = "no answer";
+  r.receive([&](int32_t pid) { answer = "pid " + std::to_string(pid); },
+            [&](caf::error& e) { answer = sys.render(e); });
+  CHECK(answer.find("refused") != std::string::npos);
+  // everything else a worker takes, from the stranger and without a sender
+  auto forge_all = [&](auto send) {
+    send(terminate_atom::value, int32_t{9});
+    send(stop_atom::value, std::string{"forged stop"});
+    send(call_atom::value, uint64_t{1}, uint32_t{0}, std::string{"payload"});
+    send(close_atom::value);
+    send(result_atom::value, uint64_t{1}, std::string{"forged result"});
+    send(log_atom::value, std::string{"forged log"});
+    send(chanend_atom::value, std::string{"forged channel end"});
+    send(deadline_atom::value, uint64_t{1});
+    send(output_atom::value, output_batch{3, 0, {"forged output"}});
+    send(exited_atom::value, rank_exit{3, "sw", 0, 0, "", "forged"});
+  };
+  forge_all([&](auto... xs) { stranger->send(worker, xs...); });
+  forge_all([&](auto... xs) { caf::anon_send(worker, xs...); });
+  sched.run();
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(refused_messages.load() == before + 21);
+  CHECK(driver_heard().empty());
+  CHECK_FALSE(std::filesystem::exists(forged));
+  // ... while its colocator's launch runs, and the rank's own output and exit reach the
+  // driver (the worker acted on nothing of the stranger's: it is still unlaunched)
+  r = colocator->request(worker, caf::infinite, launch_atom::value, spec_writing(launched));
+  sched.run();
+  r.receive([&](int32_t pid) { answer = "pid " + std::to_string(pid); },
+            [&](caf::error& e) { answer = sys.render(e); });
+  CHECK(answer.rfind("pid ", 0) == 0);
+  std::vector<std::string> heard;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::find(heard.begin(), heard.end(), "exit 0") == heard.end()
+         && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sched.run();
+    for (auto& h : driver_heard())
+      heard.push_back(h);
+  }
+  CHECK(heard == std::vector<std::string>{"output ran", "exit 0"});
+  CHECK(std::filesystem::exists(launched));
+  CHECK_FALSE(std::filesystem::exists(forged));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE_FIXTURE(fixture, "the cluster's table takes a join only from the joiner it names, and "
