@@ -38,7 +38,6 @@ struct connection {
 
 std::mutex mtx;
 guard_policy policy{default_cap, {}, {}, 0, 0};
-std::map<SSL*, connection> connections;
 std::map<std::string, std::string> bound; // node id -> "CN (sha256:...)"
 std::map<std::string, std::string> bound_who; // node id -> "'CN' (role)"
 refusal_listener listener;                    // the driver's event log
@@ -88,22 +87,32 @@ std::string hex_node(const std::string& node) {
   return fmt::format("{}#{}", hex, pid);
 }
 
+// A connection's guard lives with its SSL (ex_data, freed with it): the read path finds it
+// without a lock, since only the thread that reads a connection feeds its guard.
+void free_connection(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<connection*>(ptr);
+}
+
+int connection_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, &free_connection);
+  return index;
+}
+
 connection& connection_of(SSL* ssl) {
-  auto it = connections.find(ssl);
-  if (it != connections.end())
-    return it->second;
-  auto& c = connections[ssl];
+  if (auto* c = static_cast<connection*>(SSL_get_ex_data(ssl, connection_index())))
+    return *c;
+  auto c = std::make_unique<connection>();
   X509* cert = SSL_get_peer_certificate(ssl);
   std::string cn = cert ? common_name_of(cert) : "no certificate";
-  c.who = cert ? fmt::format("'{}' ({})", cn, to_string(role_of(cert))) : "a peer without certificate";
-  c.cert = certificate_id(cert);
+  c->who = cert ? fmt::format("'{}' ({})", cn, to_string(role_of(cert))) : "a peer without certificate";
+  c->cert = certificate_id(cert);
   if (cert)
     X509_free(cert);
-  auto claimed_by = c.cert;
-  auto who = c.who;
-  c.guard = std::make_unique<basp_guard>(
+  auto claimed_by = c->cert;
+  auto who = c->who;
+  c->guard = std::make_unique<basp_guard>(
       policy, SSL_is_server(ssl) == 1, [claimed_by, who](const std::string& node) -> std::string {
-        // called under mtx (inbound holds it)
+        std::lock_guard g{mtx};
         auto [it, fresh] = bound.emplace(node, claimed_by);
         if (fresh)
           bound_who.emplace(node, who);
@@ -112,7 +121,8 @@ connection& connection_of(SSL* ssl) {
         return fmt::format("a handshake claiming node id {}, which certificate {} holds",
                            hex_node(node), it->second);
       });
-  return c;
+  SSL_set_ex_data(ssl, connection_index(), c.get());
+  return *c.release();
 }
 
 } // namespace
@@ -166,38 +176,38 @@ bool guard_off() {
 }
 
 std::string inbound(SSL* ssl, const void* data, int n) {
-  std::string why;
-  std::string who;
+  // No lock on this path: the policy is set before any connection, and a connection's
+  // guard is fed only by the thread that reads it. The shared maps take mtx.
+  auto& c = connection_of(ssl);
+  // The accepting end's application ids, once: CAF refuses other versions with a bare
+  // error code, and the connect's error names both versions from them.
+  auto note_versions = [&] {
+    if (c.versions_noted || c.guard->peer_applications().empty())
+      return;
+    c.versions_noted = true;
+    std::lock_guard g{mtx};
+    if (versions.size() > 4096)
+      versions.clear();
+    versions[peer_address(SSL_get_fd(ssl))] = c.guard->peer_applications();
+  };
+  if (guard_off()) {
+    // off: only the handshake is read, for the binding that tickets name
+    if (c.guard->peer_node().empty())
+      c.guard->feed(static_cast<const uint8_t*>(data), static_cast<size_t>(n));
+    note_versions();
+    return {};
+  }
+  auto why = c.guard->feed(static_cast<const uint8_t*>(data), static_cast<size_t>(n));
+  note_versions();
+  if (why.empty() || c.logged)
+    return why;
+  c.logged = true;
+  auto who = c.who;
   uint64_t count = 0;
   refusal_listener tell;
   {
     std::lock_guard g{mtx};
-    auto& c = connection_of(ssl);
-    // The accepting end's application ids, once: CAF refuses other versions with a bare
-    // error code, and the connect's error names both versions from them.
-    auto note_versions = [&] {
-      if (c.versions_noted || c.guard->peer_applications().empty())
-        return;
-      c.versions_noted = true;
-      if (versions.size() > 4096)
-        versions.clear();
-      versions[peer_address(SSL_get_fd(ssl))] = c.guard->peer_applications();
-    };
-    if (guard_off()) {
-      // off: only the handshake is read, for the binding that tickets name
-      if (c.guard->peer_node().empty())
-        c.guard->feed(static_cast<const uint8_t*>(data), static_cast<size_t>(n));
-      note_versions();
-      return {};
-    }
-    why = c.guard->feed(static_cast<const uint8_t*>(data), static_cast<size_t>(n));
-    note_versions();
-    if (why.empty() || c.logged)
-      return why;
-    c.logged = true;
-    who = c.who;
-    ++counts[who];
-    count = counts[who];
+    count = ++counts[who];
     tell = listener;
   }
   auto address = peer_address(SSL_get_fd(ssl));
@@ -215,8 +225,12 @@ std::string inbound(SSL* ssl, const void* data, int n) {
 }
 
 void forget(SSL* ssl) {
-  std::lock_guard g{mtx};
-  connections.erase(ssl);
+  // the connection is freed with its SSL (free_connection); forgetting it early keeps a
+  // reused SSL from meeting an old guard
+  if (auto* c = static_cast<connection*>(SSL_get_ex_data(ssl, connection_index()))) {
+    SSL_set_ex_data(ssl, connection_index(), nullptr);
+    delete c;
+  }
 }
 
 std::string certificate_of(const std::string& node) {
