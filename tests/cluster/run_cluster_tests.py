@@ -475,6 +475,53 @@ print("client ok", os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         for r in (0, 1):
             self.assertEqual(rank_lines(out)[r], ["client ok 127.0.0.1"])
 
+    def test_a_rendezvous_scope_is_kept_until_its_last_rank_finishes(self):
+        """Horovod's finish (DELETE /global/<rank>) of the first rank must not clear the
+        scope under a rank that still reads it; the last rank's finish clears it. Rank 1
+        reads rank 0's key only after rank 0 has finished (rank 0's file says so), then
+        finishes itself and sees the scope gone."""
+        gate = tempfile.mkdtemp(prefix="caf-hvd-scope-")
+        self.addCleanup(shutil.rmtree, gate, True)
+        client = r"""
+import base64, os, sys, time, urllib.request, urllib.error
+base = "http://%s:%s/global/" % (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+                                 os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+r, gate = os.environ["HOROVOD_RANK"], sys.argv[1]
+def put(k, v):
+    urllib.request.urlopen(urllib.request.Request(base + k, data=base64.b64encode(v),
+                                                  method="PUT")).read()
+def get(k):
+    try:
+        return base64.b64decode(urllib.request.urlopen(base + k).read())
+    except urllib.error.HTTPError as e:
+        return e.code
+def finish():
+    urllib.request.urlopen(urllib.request.Request(base + r, method="DELETE")).read()
+def wait_for(what, ok, seconds=20):
+    end = time.monotonic() + seconds
+    while not ok():
+        if time.monotonic() > end:
+            raise SystemExit("rank %s: no %s within %d s" % (r, what, seconds))
+        time.sleep(0.02)
+put(r, b"address-of-" + r.encode())
+other = "1" if r == "0" else "0"
+wait_for("key of rank " + other, lambda: get(other) != 404)
+if r == "0":
+    finish()
+    open(os.path.join(gate, "rank-0-finished"), "w").close()
+    print("finished")
+else:
+    wait_for("finish of rank 0", lambda: os.path.exists(os.path.join(gate, "rank-0-finished")))
+    print("after rank 0's finish:", get("0"))
+    finish()
+    print("after the last finish:", get("0"))
+"""
+        rc, out, err = self.c.run(["run", "-np", "2", "--", sys.executable, "-c", client, gate])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rank_lines(out)[0], ["finished"], out)
+        self.assertEqual(rank_lines(out)[1], ["after rank 0's finish: b'address-of-0'",
+                                              "after the last finish: 404"], out)
+
     def test_allreduce_reports_a_dead_peer_instead_of_hanging(self):
         allreduce = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
         # Rank 1's allreduce is killed mid-benchmark; rank 0 ignores the launcher's

@@ -685,6 +685,24 @@ class ElasticTest(unittest.TestCase):
         text, seen = self.check_run(out, 60)
         self.assertEqual({n for _, n, _ in seen}, {2})
 
+    def test_local_and_cross_sizes_count_only_the_ranks_max_np_leaves(self):
+        """--max-np 3 over two hosts of 2 slots: hb runs one rank, so its LOCAL_SIZE is 1
+        (not its 2 slots) and local rank 1 exists on ha alone (CROSS_SIZE 1), as Horovod
+        computes them for the ranks it starts."""
+        self.c.node("ha")
+        self.c.node("hb")
+        self.set_hosts(("ha", 2), ("hb", 2))
+        self.start("--min-np", "3", "--max-np", "3", program=[
+            "sh", "-c", "echo layout rank=$HOROVOD_RANK size=$HOROVOD_SIZE "
+            "host=$HOROVOD_HOSTNAME local=$HOROVOD_LOCAL_RANK/$HOROVOD_LOCAL_SIZE "
+            "cross=$HOROVOD_CROSS_RANK/$HOROVOD_CROSS_SIZE"])
+        rc, out, err = self.finish()
+        self.assertEqual(rc, 0, err)
+        got = sorted(re.findall(r"layout (rank=.*)", out))
+        self.assertEqual(got, ["rank=0 size=3 host=ha local=0/2 cross=0/2",
+                               "rank=1 size=3 host=ha local=1/2 cross=0/1",
+                               "rank=2 size=3 host=hb local=0/1 cross=1/2"], out)
+
     def test_reset_limit(self):
         self.c.node("ha")
         self.c.node("hb")

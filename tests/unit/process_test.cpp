@@ -9,6 +9,7 @@
 #include <optional>
 #include <unistd.h>
 
+#include "runtime/launch/identity.hpp"
 #include "runtime/launch/process.hpp"
 
 using namespace cafhvd;
@@ -189,4 +190,27 @@ TEST_CASE("a rank inherits no descriptor of its agent") {
   REQUIRE(c.out.size() == 1);
   // 0-2 and the descriptor ls uses to read the directory (3); nothing else.
   CHECK(c.out[0] == "0 1 2 3 ");
+}
+
+TEST_CASE("the shim becomes the rank's account before the command: uid, gid and groups in "
+          "every slot, no capability left") {
+  // The isolation suite checks the same on a whole agent, in namespaces; this one needs
+  // only root (where CI runs) and a machine without namespaces.
+  if (::geteuid() != 0) {
+    if (std::getenv("CI"))
+      FAIL("needs root to switch to another account, and CI runs as root");
+    MESSAGE("skipped: switching accounts needs root");
+    return;
+  }
+  collector c;
+  auto spec = sh("id -u; id -g; id -G; grep -E '^Cap(Prm|Eff|Amb):' /proc/self/status; pwd");
+  spec.as = identity_arg(rank_identity{65534, 65533, {65533, 65532}, "nobody", "/"});
+  spec.cwd = "/tmp";
+  child_process p{spec, c.output(), c.exit()};
+  REQUIRE(c.wait());
+  CHECK(c.status->code == 0);
+  CHECK(c.out == std::vector<std::string>{"65534", "65533", "65533 65532",
+                                          "CapPrm:\t0000000000000000",
+                                          "CapEff:\t0000000000000000",
+                                          "CapAmb:\t0000000000000000", "/tmp"});
 }
