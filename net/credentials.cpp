@@ -376,9 +376,10 @@ cluster_credentials load_cluster(const std::string& dir, cert_role role) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0)
     throw credentials_error(fmt::format(
-        "no cluster credentials in {} ({}); create them with 'caf-hvd cluster init {}' and copy "
-        "the directory to every host, or pass --insecure on trusted networks",
-        dir, std::strerror(errno), dir));
+        "no cluster credentials in {} ({}); make a cluster with 'caf-hvd cluster init DIR' "
+        "where its CA is kept and give each host only the directory 'caf-hvd cluster "
+        "add-node NAME' (or add-driver) issues for it, or pass --insecure on trusted networks",
+        dir, std::strerror(errno)));
   cluster_credentials c;
   c.dir = dir;
   c.ca_cert = dir + "/ca.pem";

@@ -166,6 +166,40 @@ class DocsTest(unittest.TestCase):
                 if "warning" not in lines[0]:
                     self.assertNotEqual(rc, 0, output)
 
+    def test_every_flag_a_page_gives_a_command_is_in_its_help(self):
+        """Every flag that a page, the README or a Python docstring gives `caf-hvd SUB`
+        exists in `caf-hvd SUB --help` (the reference page is made from those texts)."""
+        helps = {}
+        sources = [os.path.join(ROOT, "README.md")]
+        sources += [os.path.join(DOCS, f) for f in sorted(os.listdir(DOCS)) if f.endswith(".md")]
+        pkg = os.path.join(ROOT, "python", "caf_hvd")
+        sources += [os.path.join(pkg, f) for f in sorted(os.listdir(pkg)) if f.endswith(".py")]
+        wrong, commands = [], 0
+        for path in sources:
+            with open(path) as f:
+                text = f.read()
+            commands += len(commands_in(text, helps))
+            wrong += unknown_flags(text, os.path.relpath(path, ROOT), helps)
+        self.assertGreater(commands, 50, "the pages' commands were not found")
+        self.assertEqual(wrong, [], "flags the pages give that the command's --help lacks")
+
+    def test_the_flag_check_finds_a_flag_that_does_not_exist(self):
+        """The check above on a deliberately wrong page: a made-up flag and a flag of
+        another subcommand are found, on the right line; the program's own flags after
+        `--`, and a continued line, are read as a shell reads them."""
+        page = ("Run it:\n\n"
+                "    caf-hvd run -np 2 --no-such-flag -- python3 train.py --epochs 3\n"
+                "    caf-hvd run -np 2 -H localhost:2 python3 train.py --lr 0.1\n"
+                "    caf-hvd status --slots 4\n"
+                "    caf-hvd driver -np 2 \\\n"
+                "        --made-up 1 -H a:2 -- true\n"
+                "Inline: `caf-hvd run -np 1 --verbose -- true` and `caf-hvd hosts --bogus`.\n")
+        self.assertEqual(unknown_flags(page, "page.md", {}),
+                         ["page.md:3: caf-hvd run --no-such-flag",
+                          "page.md:5: caf-hvd status --slots",
+                          "page.md:6: caf-hvd driver --made-up",
+                          "page.md:8: caf-hvd hosts --bogus"])
+
     def test_every_horovodrun_flag_does_what_the_migration_table_says(self):
         """Every flag of horovodrun 0.28.1 (read from the vendored horovod/runner/launch.py)
         has a row in the migration page's table, and each row's claim holds."""
@@ -208,6 +242,74 @@ class DocsTest(unittest.TestCase):
             self.assertIn(f"warning: {flag[0].split('=')[0]}", r.stderr)
         for entry in re.findall(r"`([A-Z_]+=[^`]*)`", claim):
             self.assertIn(f"[0]<stdout>:{entry}", r.stdout.splitlines(), claim)
+
+
+SUBCOMMANDS = ("run", "driver", "node", "status", "drain", "undrain", "cluster", "timeline",
+               "hosts")
+FLAG = re.compile(r"^--?[A-Za-z][\w-]*$")
+
+
+def commands_in(text, helps=None):
+    """(line number, subcommand, [flags]) of every `caf-hvd SUBCOMMAND ...` in the text:
+    a shell line (backslash continuations joined) or an inline code span, up to the end
+    of the command (`--`, a pipe, `;`, `&&`, a quote, a closing parenthesis or backtick,
+    and for run and driver the program: the first word that is no option nor an
+    option's value, as their parsers read it). Flags are the tokens that look like one
+    (`--name`, `-np`, `--name=value`)."""
+    found = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line, start = lines[i], i
+        while line.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            line = line[:-1] + " " + lines[i]
+        for m in re.finditer(r"(?<![\w/.-])caf-hvd\s+([a-z-]+)", line):
+            sub = m.group(1)
+            if sub not in SUBCOMMANDS:
+                continue
+            rest = re.split(r"`|'|\"|\s--(?:\s|$)|\||;|&&|\)|\s#\s", line[m.end():])[0]
+            valued = help_spec(sub)[1] if helps is not None and sub in ("run", "driver") else None
+            flags, tokens = [], rest.split()
+            k = 0
+            while k < len(tokens):
+                name = tokens[k].split("=")[0]
+                if FLAG.match(name):
+                    flags.append(name)
+                    if valued is not None and name in valued and "=" not in tokens[k]:
+                        k += 1
+                elif valued is not None:
+                    break  # the program starts here
+                k += 1
+            found.append((start + 1, sub, flags))
+        i += 1
+    return found
+
+
+HELP_SPECS = {}
+
+
+def help_spec(sub):
+    """(the flags `caf-hvd SUB --help` names, those that take a value)."""
+    if sub not in HELP_SPECS:
+        r = subprocess.run([CAF_HVD, sub, "--help"], capture_output=True, text=True, timeout=30)
+        text = r.stdout + r.stderr
+        names = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", text)) | {"-h", "--help"}
+        valued = set()
+        for m in re.finditer(r"^  (-[\w-]+)(?: \[ (--[\w-]+) \])?( arg)?", text, re.M):
+            if m.group(3):
+                valued.update(n for n in m.group(1, 2) if n)
+        # the usage lines: a flag followed by a placeholder (-np N, -H HOST:SLOTS)
+        valued.update(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*) [A-Z][A-Z_:,.]*\b", text))
+        HELP_SPECS[sub] = (names, valued)
+    return HELP_SPECS[sub]
+
+
+def unknown_flags(text, where, helps):
+    """'where:line: caf-hvd SUB FLAG' for each flag a command of the text gives that its
+    subcommand's --help does not name."""
+    return [f"{where}:{line}: caf-hvd {sub} {f}" for line, sub, flags in commands_in(text, helps)
+            for f in flags if f not in help_spec(sub)[0]]
 
 
 TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "vendor", "horovod-0.28.1-src.tar.xz")
