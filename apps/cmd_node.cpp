@@ -112,8 +112,11 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "stop (as on SIGTERM) when stdin ends: an agent started over ssh for one job ends "
       "with the session that started it")(
       "join", po::value(&join),
-      "HOST[:PORT]: join the cluster whose table that agent holds (any agent started without "
-      "--join holds one); the agent stays joined and joins again when that agent comes back")(
+      fmt::format("HOST[:PORT] (default port {}): join the cluster whose table that agent "
+                  "holds (any agent started without --join holds one); the agent stays joined "
+                  "and joins again when that agent comes back",
+                  default_node_port)
+          .c_str())(
       "label", po::value(&labels)->composing(),
       "KEY=VALUE: a label of this node in the cluster's table (repeatable)")(
       "drain-grace", po::value(&drain_grace)->default_value(0),

@@ -200,6 +200,29 @@ class DocsTest(unittest.TestCase):
                           "page.md:6: caf-hvd driver --made-up",
                           "page.md:8: caf-hvd hosts --bogus"])
 
+    def test_every_default_a_page_gives_a_flag_is_the_code_s(self):
+        """A number a page calls a flag's default is the one its --help states."""
+        entries = option_entries()
+        wrong, claims = [], 0
+        for path in [os.path.join(ROOT, "README.md")] + [
+                os.path.join(DOCS, f) for f in sorted(os.listdir(DOCS)) if f.endswith(".md")]:
+            with open(path) as f:
+                text = f.read()
+            claims += len(default_claims(text))
+            wrong += wrong_defaults(text, os.path.relpath(path, ROOT), entries)
+        self.assertGreaterEqual(claims, 4, "the pages' defaults were not found")
+        self.assertEqual(wrong, [], "defaults the pages give that --help does not state")
+
+    def test_the_default_check_finds_a_default_that_differs(self):
+        """The check above on a deliberately wrong page."""
+        entries = option_entries()
+        page = ("Agents wait `--link-timeout` seconds (default 99) for a byte.\n"
+                "A job waits `--slot-wait SECONDS` (default 60; more below).\n"
+                "The cap is `--max-message-mb`, 257 MB by default.\n"
+                "`--cpus-per-slot N` sets OMP_NUM_THREADS (torchrun sets 1 by default).\n")
+        self.assertEqual([w.split(": the page")[0] for w in wrong_defaults(page, "p.md", entries)],
+                         ["p.md:1: --link-timeout"])
+
     def test_every_horovodrun_flag_does_what_the_migration_table_says(self):
         """Every flag of horovodrun 0.28.1 (read from the vendored horovod/runner/launch.py)
         has a row in the migration page's table, and each row's claim holds."""
@@ -310,6 +333,61 @@ def unknown_flags(text, where, helps):
     subcommand's --help does not name."""
     return [f"{where}:{line}: caf-hvd {sub} {f}" for line, sub, flags in commands_in(text, helps)
             for f in flags if f not in help_spec(sub)[0]]
+
+
+def option_entries():
+    """flag -> the text of its entries in every subcommand's --help (its line and the
+    deeper-indented lines that continue it)."""
+    entries = {}
+    for sub in SUBCOMMANDS:
+        r = subprocess.run([CAF_HVD, sub, "--help"], capture_output=True, text=True, timeout=30)
+        lines = (r.stdout + r.stderr).splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^  (-[\w-]+)(?: \[ (--[\w-]+) \])?", line)
+            if not m:
+                continue
+            text = line
+            for more in lines[i + 1:]:
+                if not more.startswith("   ") or re.match(r"^  -", more):
+                    break
+                text += " " + more.strip()
+            for name in m.group(1, 2):
+                if name:
+                    entries.setdefault(name, []).append(text)
+    return entries
+
+
+DEFAULT_CLAIM = re.compile(r"\(default(?:\s+[a-z]+)?:?\s+(\d+(?:\.\d+)?)|"
+                           r"(\d+(?:\.\d+)?)\s?[A-Za-z]*\s+by\s+default|"
+                           r"\bdefault\s+(\d+(?:\.\d+)?)\b")
+
+
+def default_claims(text):
+    """(line, flag, number) for each default a page gives a flag: a number called the
+    default within the same clause as the flag in backticks, before the next flag."""
+    out = []
+    for m in re.finditer(r"`(--[\w-]+)[^`]*`", text):
+        tail = text[m.end():m.end() + 160]
+        nxt = re.search(r"`--|\.\s|\n\n|;", tail)
+        tail = tail[:nxt.start()] if nxt else tail
+        d = DEFAULT_CLAIM.search(tail)
+        # "(torchrun sets 1 by default)": another tool's default, not the flag's
+        if d and not re.search(r"torchrun|horovodrun|mpirun|Horovod|Ray\b", tail[:d.start()]):
+            number = next(g for g in d.groups() if g)
+            out.append((text.count("\n", 0, m.start()) + 1, m.group(1), number))
+    return out
+
+
+def wrong_defaults(text, where, entries):
+    """'where:line: FLAG: the page says N, --help says ...' for each default the page
+    gives that no --help entry of that flag states."""
+    out = []
+    for line, flag, number in default_claims(text):
+        said = entries.get(flag, [])
+        if not any(re.search(r"(?<![\d.])" + re.escape(number) + r"(?![\d.])", e) for e in said):
+            out.append(f"{where}:{line}: {flag}: the page says {number}, --help says "
+                       f"{' | '.join(said) or 'nothing (no such flag)'}")
+    return out
 
 
 TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "vendor", "horovod-0.28.1-src.tar.xz")
