@@ -223,6 +223,30 @@ class DocsTest(unittest.TestCase):
         self.assertEqual([w.split(": the page")[0] for w in wrong_defaults(page, "p.md", entries)],
                          ["p.md:1: --link-timeout"])
 
+    def test_every_python_name_and_keyword_a_page_gives_exists(self):
+        """Every caf_hvd name a page or the README mentions (`caf_hvd.x`, `from caf_hvd
+        import x`) exists, and every keyword argument a page gives one of caf_hvd's
+        classes or functions (`RayExecutor(..., cpus_per_worker=...)`) is in its
+        signature."""
+        sources = [os.path.join(ROOT, "README.md")] + [
+            os.path.join(DOCS, f) for f in sorted(os.listdir(DOCS)) if f.endswith(".md")]
+        count, wrong = wrong_python(sources)
+        self.assertGreater(count, 40, "the pages' Python names were not found")
+        self.assertEqual(wrong, [], "what the pages say of caf_hvd that it does not have")
+
+    def test_the_python_check_finds_a_name_and_a_keyword_that_do_not_exist(self):
+        page = os.path.join(self.dir, "page.md")
+        with open(page, "w") as f:
+            f.write("Use `caf_hvd.Executor(num_workers=2, no_such_kwarg=1)` and\n"
+                    "`caf_hvd.train.NoSuchTrainer`; `from caf_hvd import Nothing`.\n"
+                    "horovod.ray's `Unrelated(x=1)` is not ours; `RayExecutor(num_workers=2)`.\n")
+        _, wrong = wrong_python([page])
+        rel = os.path.relpath(page, ROOT)
+        self.assertEqual([w.split(" (")[0] for w in wrong],
+                         [f"{rel}:2: caf_hvd.train.NoSuchTrainer: no such name",
+                          f"{rel}:2: caf_hvd.Nothing: no such name",
+                          f"{rel}:1: caf_hvd.Executor() takes no keyword 'no_such_kwarg'"])
+
     def test_every_horovodrun_flag_does_what_the_migration_table_says(self):
         """Every flag of horovodrun 0.28.1 (read from the vendored horovod/runner/launch.py)
         has a row in the migration page's table, and each row's claim holds."""
@@ -388,6 +412,95 @@ def wrong_defaults(text, where, entries):
             out.append(f"{where}:{line}: {flag}: the page says {number}, --help says "
                        f"{' | '.join(said) or 'nothing (no such flag)'}")
     return out
+
+
+PY_NAME = re.compile(r"\bcaf_hvd(?:\.[A-Za-z_]\w*)+")
+PY_IMPORT = re.compile(r"from (caf_hvd(?:\.\w+)*) import ([\w, ]+)")
+PY_CALL = re.compile(r"(?<![\w.])((?:caf_hvd\.(?:[a-z_]\w*\.)*)?[A-Z]\w*(?:\.\w+)?)"
+                     r"\(((?:[^()`]|\([^()`]*\))*)\)")
+
+
+def python_mentions(text):
+    """(line, dotted name, [keyword arguments] or None) of what a page says of caf_hvd:
+    `caf_hvd.x.y`, `from caf_hvd.x import a, b`, and calls `Name(...)`/`Name.attr(...)`
+    (their keyword arguments; names that are not caf_hvd's are left to the check)."""
+    out = []
+    line_of = lambda pos: text.count("\n", 0, pos) + 1  # noqa: E731
+    for m in PY_NAME.finditer(text):
+        out.append((line_of(m.start()), m.group(0), None))
+    for m in PY_IMPORT.finditer(text):
+        for name in m.group(2).split(","):
+            if name.strip():
+                out.append((line_of(m.start()), f"{m.group(1)}.{name.strip()}", None))
+    for m in PY_CALL.finditer(text):
+        kwargs = re.findall(r"(?:^|,)\s*(\w+)\s*=(?!=)", m.group(2))
+        out.append((line_of(m.start()), m.group(1), kwargs))
+    return out
+
+
+PY_CHECK = r"""
+import importlib, inspect, json, sys
+import caf_hvd
+mentions = json.load(sys.stdin)
+spaces = [caf_hvd, importlib.import_module("caf_hvd.train"),
+          importlib.import_module("caf_hvd.train.horovod"),
+          importlib.import_module("caf_hvd.ray_elastic")]
+def resolve(dotted):
+    parts = dotted.split(".")
+    if parts[0] == "caf_hvd":
+        for k in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:k]))
+            except ImportError:
+                continue
+            for p in parts[k:]:
+                obj = getattr(obj, p)
+            return obj
+    for space in spaces:  # a bare name: caf_hvd's only if it is one of its exports
+        if hasattr(space, parts[0]):
+            obj = getattr(space, parts[0])
+            for p in parts[1:]:
+                obj = getattr(obj, p)
+            return obj
+    return None
+wrong = []
+for where, dotted, kwargs in mentions:
+    try:
+        obj = resolve(dotted)
+    except AttributeError as e:
+        wrong.append(f"{where}: {dotted}: no such name ({e})")
+        continue
+    if obj is None or kwargs is None or not callable(obj):
+        continue
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        continue
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        continue
+    for k in kwargs:
+        if k not in params:
+            wrong.append(f"{where}: {dotted}() takes no keyword '{k}' "
+                         f"(it takes {', '.join(params)})")
+print(json.dumps(wrong))
+"""
+
+
+def wrong_python(sources):
+    """What the sources say of caf_hvd that its code does not have (by introspection)."""
+    import json
+    mentions = []
+    for path in sources:
+        with open(path) as f:
+            text = f.read()
+        mentions += [(f"{os.path.relpath(path, ROOT)}:{line}", name, kw)
+                     for line, name, kw in python_mentions(text)]
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    r = subprocess.run(["/usr/bin/python3", "-c", PY_CHECK], input=json.dumps(mentions),
+                       capture_output=True, text=True, timeout=120, env=env)
+    if r.returncode != 0:
+        raise AssertionError(f"the introspection failed:\n{r.stderr[-3000:]}")
+    return len(mentions), json.loads(r.stdout)
 
 
 TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "vendor", "horovod-0.28.1-src.tar.xz")
