@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import issue, leftover_ranks, rank_lines, run_suite  # noqa: E402
+from harness import issue, leftover_ranks, pids_matching, rank_lines, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -645,6 +645,84 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         # none of them got in
         t = self.table()
         self.assertEqual(sorted(t), sorted(names[:2]))
+
+    def test_the_operators_page_from_enrolment_to_revocation_and_cancel(self):
+        """docs/operating.md followed on network-namespace hosts, as far as a test can (the
+        package's install and systemd are the package suite's): a cluster of its own made
+        with `cluster init`, each host given only its issued directory, the table and joins,
+        a first job placed by the table, status, an operator's drain, a job cancelled by
+        its driver's SIGTERM, and a revocation that the agents' reload makes final."""
+        import shutil
+        import tempfile
+        names = [x["name"] for x in self.h.hosts]
+        work = tempfile.mkdtemp(prefix="caf-hvd-operator-")
+        self.addCleanup(shutil.rmtree, work, True)
+        ca = os.path.join(work, "ca")
+
+        def cluster(*args):
+            r = subprocess.run([CAF_HVD, "cluster", *args], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        # 3. the credentials, and a directory per host that holds no CA or driver key
+        cluster("init", ca)
+        hosts = {}
+        for n in names:
+            cluster("add-node", n, ca)
+            hosts[n] = os.path.join(work, "hosts", n, "cluster")
+            shutil.copytree(os.path.join(ca, "issued", n), hosts[n])
+            self.assertEqual(sorted(os.listdir(hosts[n])), ["ca.pem", "node.key", "node.pem"])
+        # 4. the head node holds the table, the others join it
+        agents = [self.agent(i, "--slots", "2", cert=hosts[n]) for i, n in enumerate(names)]
+        alice, bob, ops = (os.path.join(work, x) for x in ("alice", "bob", "ops"))
+        cluster("add-driver", "alice", ca, "--out", alice)
+        cluster("add-driver", "bob", ca, "--out", bob)
+        cluster("add-admin", "ops", ca, "--out", ops)
+        self.driver_dir = bob  # status (7.) as bob
+        self.wait_for("three nodes alive", self.all_alive(names))
+        # 5. a first job, placed by the table
+        on_head = [CAF_HVD, "driver", "--cluster", f"{self.head}:{PORT}"]
+        rc, out, err = self.h.run(0, [*on_head, "--cluster-dir", alice, "-np", "4", "--",
+                                      ALLREDUCE])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("caf-hvd-allreduce: all sums correct", out)
+        # 8. an operator's drain: status says so; undrain brings the node back
+        for verb, state in (("drain", "drained"), ("undrain", "alive")):
+            rc, out, err = self.h.run(0, [CAF_HVD, verb, names[2], "--cluster",
+                                          f"{self.head}:{PORT}", "--cluster-dir", ops])
+            self.assertEqual(rc, 0, err)
+            self.wait_for(f"{names[2]} {state}",
+                          lambda: self.table()[names[2]]["state"] == state)
+        # 10. cancelling: SIGTERM to the driver ends the job with 143 and its ranks
+        mark = f"{time.monotonic_ns() % 10**9}"
+        job = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], *on_head, "--cluster-dir", alice,
+             "-np", "4", "--", "sh", "-c", f"echo started; exec sleep 300.{mark}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(job)
+        until, _ = line_reader(job)
+        for _ in range(4):
+            until("started")
+        os.killpg(job.pid, signal.SIGTERM)
+        out, err = job.communicate(timeout=60)
+        self.assertEqual(job.returncode, 143, err)
+        self.wait_for("the cancelled job's ranks gone",
+                      lambda: not pids_matching(f"sleep 300.{mark}", prefix=True))
+        # 9. revocation: the list in every host's directory, the agents reloaded
+        cluster("revoke", "alice", ca)
+        for i, n in enumerate(names):
+            shutil.copy(os.path.join(ca, "crl.pem"), os.path.join(hosts[n], "crl.pem"))
+            os.killpg(agents[i].pid, signal.SIGHUP)
+        for i in range(len(names)):
+            self.wait_for(f"agent {i} reloaded", lambda i=i: "SIGHUP: reloaded the credentials"
+                          in self.drains[i].text())
+        rc, out, err = self.h.run(0, [*on_head, "--cluster-dir", alice, "-np", "1", "--",
+                                      "true"])
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("the cluster revoked it", err)
+        rc, out, err = self.h.run(0, [*on_head, "--cluster-dir", bob, "-np", "1", "--",
+                                      "echo", "bob"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rank_lines(out)[0], ["bob"])
 
 
 @unittest.skipIf(WHY_NOT, WHY_NOT or "")
