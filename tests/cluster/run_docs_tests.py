@@ -247,6 +247,14 @@ class DocsTest(unittest.TestCase):
                           f"{rel}:2: caf_hvd.Nothing: no such name",
                           f"{rel}:1: caf_hvd.Executor() takes no keyword 'no_such_kwarg'"])
 
+    def test_every_planted_bug_of_the_mutation_script_fits_the_code(self):
+        """scripts/mutate.py --check: each mutant's text is in its file exactly once (a
+        refactoring that moves one is told here, not at the next mutation run)."""
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "mutate.py"),
+                            "--check"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"mutate: (\d\d+) mutants, each text found once")
+
     def test_every_horovodrun_flag_does_what_the_migration_table_says(self):
         """Every flag of horovodrun 0.28.1 (read from the vendored horovod/runner/launch.py)
         has a row in the migration page's table, and each row's claim holds."""
