@@ -54,9 +54,9 @@ MUTANTS = [
       "      for (auto& w : st.workers)\n"
       "        self->send(w, terminate_atom::value, int32_t{SIGTERM});\n"
       "      self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);",
-      "      self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);",
-      "unit:a driver's teardown escalates too*",
-      "cluster:ClusterTest.test_driver_killed_agents_stop_the_job_and_stay_up"),
+      "",
+      "cluster:ClusterTest.test_driver_killed_agents_stop_the_job_and_stay_up",
+      "unit:a driver's teardown escalates too*"),
     m("stderr-tagged-stdout", "output integrity", "actors/job_output.cpp",
       "auto tag = output_tag(s ? s->rank : -1, b.stream);",
       "auto tag = output_tag(s ? s->rank : -1, 0);",
