@@ -78,13 +78,15 @@ void say(const node_settings& n, const std::string& line) {
 
 // This node drains (or is back): it takes no new jobs, and every job with ranks here is
 // told (elastic jobs leave it; a static job's ranks run on).
-void set_draining(const node_settings& n, bool on, const std::string& admin) {
+void set_draining(const node_settings& n, bool on, const std::string& admin,
+                  const std::string& how = {}) {
   if (n.draining->exchange(on) == on)
     return;
   if (n.guardian)
     post_from(n.guardian, drain_atom::value, on,
-                   fmt::format("{} by the cluster's administrator '{}'",
-                               on ? "drained" : "undrained", printable(admin)));
+              how.empty() ? fmt::format("{} by the cluster's administrator '{}'",
+                                        on ? "drained" : "undrained", printable(admin))
+                          : how);
 }
 
 // -- the table ---------------------------------------------------------------------------
@@ -300,7 +302,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                              printable(info.address), info.port,
                              holder.shared ? " (a shared certificate)" : ""));
           nudge_watchers(self);
-          return join_answer{{}, token};
+          return join_answer{{}, token, st.table.drained(info.name)};
         },
         [self](update_atom, uint64_t token, member_info& info) {
           auto& st = self->state;
@@ -491,6 +493,8 @@ struct joiner_state {
 
 using joiner_ptr = caf::stateful_actor<joiner_state>*;
 
+void report(joiner_ptr self);
+
 // The wait before the next try: 0.25 s doubling up to 4 s, each drawn at random from its
 // upper half. Agents that start together (a cluster's reboot) or lose the table together
 // spread their tries instead of handshaking with the holder in one herd, which on a small
@@ -590,6 +594,16 @@ void try_join(joiner_ptr self) {
                       say(n, fmt::format("{} the cluster at {}",
                                          st.ever_joined ? "joined again" : "joined", st.target));
                       st.ever_joined = true;
+                      // A drain the table kept while this node was away (the answer to
+                      // this agent's own join, from the table it joined)
+                      if (answer.drained && !n.draining->load()) {
+                        set_draining(n, true, {},
+                                     "drained by the cluster's administrator while this node "
+                                     "was away (the table kept the drain)");
+                        report(self);
+                        say(n, "drained by the cluster's administrator while it was away: no "
+                               "new jobs; running ranks go on");
+                      }
                     },
                     [self](caf::error& e) {
                       retry(self, fmt::format("no answer to its join: {}", self->system().render(e)),

@@ -509,10 +509,13 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 struct join_answer {
   std::string error;
   uint64_t token = 0;
+  // an administrator drained this node while it was away: it drains now (the table kept
+  // the drain; the administrator's ticket would have expired by then)
+  bool drained = false;
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, join_answer& x) {
-  return f(caf::meta::type_name("join_answer"), x.error, x.token);
+  return f(caf::meta::type_name("join_answer"), x.error, x.token, x.drained);
 }
 
 /// The actor every node agent publishes on its port. The agent others join holds the

@@ -315,6 +315,11 @@ std::string membership_table::set_drained(const std::string& name, bool drained)
   return {};
 }
 
+bool membership_table::drained(const std::string& name) const {
+  auto it = rows_.find(name);
+  return it != rows_.end() && it->second.row.drained;
+}
+
 std::optional<uint64_t> membership_table::member_of(const std::string& name) const {
   auto it = rows_.find(name);
   if (it == rows_.end() || it->second.row.state != "alive")

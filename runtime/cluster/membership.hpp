@@ -161,6 +161,9 @@ public:
   /// jobs leave it. An undrain also clears the node's own draining mark until its next
   /// report (it is being told). "" or why not (no such node).
   std::string set_drained(const std::string& name, bool drained);
+  /// Whether an administrator drained `name` (kept while it is away: it is told when it
+  /// joins again).
+  bool drained(const std::string& name) const;
   /// The member that holds `name`'s row (for telling it), if alive.
   std::optional<uint64_t> member_of(const std::string& name) const;
   /// The table at `now_ms`.

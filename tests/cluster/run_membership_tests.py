@@ -646,6 +646,42 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         t = self.table()
         self.assertEqual(sorted(t), sorted(names[:2]))
 
+    def test_a_node_drained_while_its_agent_was_away_is_drained_when_it_joins_again(self):
+        """An administrator drains a node whose agent is down (the table keeps the row as
+        lost): the restarted agent learns it at its join and takes no new job, even one
+        that names it with -H (which the table's placement never sees); an undrain
+        frees it."""
+        names = [x["name"] for x in self.h.hosts]
+        admin = issue("admin", "root-admin")
+        self.agent(0)
+        self.agent(1)
+        away = self.agent(2)
+        self.wait_for("three nodes alive", self.all_alive(names))
+        os.killpg(away.pid, signal.SIGKILL)
+        away.wait(timeout=30)
+        self.wait_for(f"{names[2]} lost", lambda: self.table()[names[2]]["state"] == "lost")
+
+        def admin_cmd(verb):
+            rc, out, err = self.h.run(0, [CAF_HVD, verb, names[2], "--cluster",
+                                          f"{self.head}:{PORT}", "--cluster-dir", admin])
+            self.assertEqual(rc, 0, err)
+        admin_cmd("drain")
+        self.agent(2)
+        self.wait_for(f"{names[2]} joined again and drained", lambda: (
+            "drained by the cluster's administrator while it was away" in self.drains[2].text()
+            and self.table()[names[2]]["state"] == "drained"))
+        spec = f"{self.h.hosts[2]['good_addr']}:{PORT}:1"
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
+                                      "-np", "1", "-H", spec, "--", "echo", "ran"])
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn(f"node agent '{names[2]}' is drained: it takes no new jobs", err)
+        admin_cmd("undrain")
+        self.wait_for(f"{names[2]} undrained", lambda: "undrained" in self.drains[2].text())
+        rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
+                                      "-np", "1", "-H", spec, "--", "echo", "ran"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rank_lines(out)[0], ["ran"])
+
     def test_the_operators_page_from_enrolment_to_revocation_and_cancel(self):
         """docs/operating.md followed on network-namespace hosts, as far as a test can (the
         package's install and systemd are the package suite's): a cluster of its own made
