@@ -186,8 +186,10 @@ def pytest_summaries(text):
 # Horovod's own tests that measure wall time across ranks: test_global_barrier_op has
 # rank 0 sleep 5 s before a barrier and asserts every rank waited >= 5 s, timed from
 # after an allreduce that ranks leave at slightly different moments, so a rank scheduled
-# late on a loaded machine measures 4.9x s, under any launcher. A failure of only these
-# is checked again by running just them once more (they must pass then).
+# late on a loaded machine measures 4.9x s, under any launcher (a CI run failed it twice
+# in a row while other builds and suites loaded the machine). A failure of only these is
+# checked again by running just them, up to twice more: one of those must pass, so a
+# barrier that does not wait still fails.
 TIMING_SENSITIVE = {"test_global_barrier_op"}
 FAILED_TEST = re.compile(r"FAILED parallel/test_torch\.py::TorchTests::(\w+)")
 
@@ -408,11 +410,17 @@ class HorovodTest(unittest.TestCase):
                                and got.get(r, {}).get("errors") == 0 for r in range(np)))
         if timing_only and rerun:
             names = sorted(set().union(*failed.values()))
-            print(f"  {', '.join(names)} (Horovod's own wall-time test) failed on ranks "
-                  f"{sorted(failed)}; running only it once more", flush=True)
-            rc2, out2, err2 = rerun(names)
+            for attempt in (1, 2):
+                print(f"  {', '.join(names)} (Horovod's own wall-time test) failed on ranks "
+                      f"{sorted(failed)}; running only it again ({attempt} of 2)", flush=True)
+                rc2, out2, err2 = rerun(names)
+                if rc2 == 0:
+                    break
+                failed = failed_tests(out2)
             again = pytest_summaries(out2)
-            self.assertEqual(rc2, 0, f"{names} failed again under {launcher}:\n"
+            # a barrier that does not wait fails every time; a rank scheduled late on a
+            # loaded machine (the race the test has under any launcher) does not
+            self.assertEqual(rc2, 0, f"{names} failed in 3 runs under {launcher}:\n"
                                      f"{out2[-3000:]}\n{err2[-2000:]}")
             self.assertEqual(sorted(again), list(range(np)), out2[-3000:])
             for r in range(np):
