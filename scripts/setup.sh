@@ -21,7 +21,7 @@ targets=()
 if ((demo)); then
   targets=(apps/caf-hvd apps/caf-hvd-exec apps/caf-hvd-net.so apps/caf-hvd-allreduce)
 else
-  packages+=(iproute2 util-linux python3-cloudpickle help2man dpkg-dev lintian python3-pip
+  packages+=(iproute2 util-linux openssl python3-cloudpickle help2man dpkg-dev lintian python3-pip
              python3-venv python3-setuptools python3-sphinx python3-myst-parser
              python3-sphinx-rtd-theme)
 fi

@@ -123,8 +123,8 @@ class EventTest(unittest.TestCase):
         """The page in a real browser: not blank (skipped without Chromium)."""
         browser = shutil.which("chromium") or shutil.which("chromium-browser")
         if not browser:
-            print("  (timeline screenshot skipped: Debian's chromium is not installed)")
-            return
+            self.skipTest("the timeline screenshot needs Debian's chromium (scripts/test.sh "
+                          "installs it)")
         png = page + ".png"
         r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
                             "--window-size=1300,700", f"--screenshot={png}", f"file://{page}"],

@@ -734,6 +734,8 @@ TEST_CASE("horovod wire: the client over IPv6") {
   if (probe >= 0)
     ::close(probe);
   if (!has_v6) {
+    if (std::getenv("CI"))
+      FAIL("no IPv6 loopback here, and CI machines have one");
     MESSAGE("no IPv6 loopback here; skipped");
     return;
   }
