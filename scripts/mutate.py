@@ -100,7 +100,7 @@ MUTANTS = [
       "    if (e.row.state != \"alive\" || m.draining || !has_labels(m, r.labels))\n"
       "      continue;\n"
       "    auto f = fit_of(name, e.row, r.job, r.cpus_per_slot, r.gpus_per_slot, &holders);",
-      "unit:placement: packed or spread*"),
+      "unit:placement: a node the administrator drained*"),
     m("placement-jumps-the-queue", "placement", "runtime/cluster/membership.cpp",
       "if (free < r.np || ahead > 0) {", "if (free < r.np) {",
       "unit:placement: packed or spread*"),

@@ -351,3 +351,26 @@ TEST_CASE("placement: a job id is its owner's: another driver neither takes nor 
   CHECK(big.join(2, node("hy", 0xffffffffu), cert("hy"), 0) == "");
   CHECK(where(big.place(job("j", 70000, true), 10, "alice")) == "hx:35000,hy:35000");
 }
+
+TEST_CASE("placement: a node the administrator drained gets no ranks before its own report "
+          "says so, nor after it joins again; undrained, it does") {
+  membership_table t;
+  CHECK(t.join(1, node("ha", 2), cert("ha"), 0) == "");
+  CHECK(t.join(2, node("hb", 4), cert("hb"), 0) == "");
+  CHECK(t.set_drained("hb", true) == "");
+  CHECK(t.drained("hb"));
+  // hb has not reported its drain yet (its info says nothing): the table's mark counts
+  CHECK(where(t.place(job("j1", 2), 1000)) == "ha:2");
+  t.release("j1");
+  CHECK(where(t.place(job("j2", 3), 1100))
+        == "error: the cluster's live nodes have 2 slots in all; -np 3 cannot fit");
+  // lost and joined again (a new agent that knows nothing of the drain): still drained
+  t.gone(2, false, 1200);
+  CHECK(t.join(3, node("hb", 4), cert("hb"), 1300) == "");
+  CHECK(t.drained("hb"));
+  CHECK(where(t.place(job("j3", 2), 1400)) == "ha:2");
+  t.release("j3");
+  CHECK(t.set_drained("hb", false) == "");
+  CHECK_FALSE(t.drained("hb"));
+  CHECK(where(t.place(job("j4", 4), 1500)) == "hb:4");
+}
