@@ -177,22 +177,10 @@ class PackageTest(unittest.TestCase):
         os.makedirs(pkg)
         shutil.copy(deb, os.path.join(pkg, "caf-hvd.deb"))
         shutil.copy(os.path.join(HERE, "package_scenario.py"), pkg)
-        for d in ("upper", "work", "root"):
-            os.makedirs(os.path.join(scratch, d))
-        # In private mount and PID namespaces: the overlay, /proc, /sys, /dev and the
-        # package vanish with them, and every process of the scenario dies with its PID 1.
-        inner = r'''set -eu
-s=$1 tree=$2 archives=$3 port=$4
-r=$s/root
-mount -t overlay overlay -o "lowerdir=$tree,upperdir=$s/upper,workdir=$s/work" "$r"
-mount -t proc proc "$r/proc"
-mount --rbind /sys "$r/sys"
-mount --rbind /dev "$r/dev"
-mkdir -p "$r/pkg"
-mount --bind "$s/pkg" "$r/pkg"
-mount --bind "$archives" "$r/var/cache/apt/archives"
-exec chroot "$r" /bin/sh -c '
-  set -e
+        # In private mount and PID namespaces (scripts/fresh-bookworm-run.sh): the overlay,
+        # /proc, /sys, /dev and the package vanish with them, and every process of the
+        # scenario dies with its PID 1.
+        inner = r'''set -e
   export DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin
   echo "package scenario: installing the dependencies of the package"
   deps=$(dpkg-deb -f /pkg/caf-hvd.deb Depends)
@@ -201,10 +189,9 @@ exec chroot "$r" /bin/sh -c '
     apt-get satisfy -y -q --no-install-recommends "$deps" >>/tmp/apt.log 2>&1 \
       || { tail -20 /tmp/apt.log; exit 1; }
   fi
-  exec python3 /pkg/package_scenario.py /pkg/caf-hvd.deb "$0"' "$port"
-'''
-        cmd = ["unshare", "--mount", "--propagation", "private", "--pid", "--fork",
-               "--kill-child", "sh", "-c", inner, "sh", scratch, tree, archives, str(free_port())]
+  exec python3 /pkg/package_scenario.py /pkg/caf-hvd.deb "$1"'''
+        cmd = [os.path.join(SOURCE, "scripts", "fresh-bookworm-run.sh"), tree, scratch,
+               archives, pkg, "/pkg", "/bin/sh", "-c", inner, "sh", str(free_port())]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except subprocess.TimeoutExpired as e:
