@@ -82,6 +82,16 @@ class ElasticTest(unittest.TestCase):
                                  f"{self.event_tail()}")
         return self.driver.returncode, out, err
 
+    def rank_ended(self, rank):
+        """Whether the job's event log has rank `rank`'s end (the driver saw its exit)."""
+        try:
+            with open(self.events) as f:
+                events = [json.loads(line) for line in f if line.strip()]
+        except (OSError, ValueError):
+            return False
+        return any(e.get("name") == "rank.ended" and e.get("context", {}).get("rank") == rank
+                   for e in events)
+
     def event_tail(self, n=40):
         """The job's last events, one line each, for a failure's message."""
         try:
@@ -233,7 +243,8 @@ class ElasticTest(unittest.TestCase):
         self.start("--min-np", "2", program=program)
         wait_until(lambda: pid_with_env("sleep", prefix=True, HOROVOD_RANK=1) is not None, 20,
                    "rank 1 to start")
-        time.sleep(1)  # rank 0's exit reaches the driver
+        # rank 0's exit has reached the driver: its own event says so (not a sleep)
+        wait_until(lambda: self.rank_ended(0), 20, "the driver's rank.ended event of rank 0")
         os.killpg(self.c.nodes["hb"][0].pid, signal.SIGKILL)
         rc, out, err = self.finish()
         self.assertEqual(rc, 1, err)

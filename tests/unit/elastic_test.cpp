@@ -211,7 +211,12 @@ TEST_CASE("server: /elastic/update answers the newest generation, long-polls for
   std::string later;
   auto t0 = std::chrono::steady_clock::now();
   std::thread t{[&] { later = http(srv.port(), "/elastic/update?after=1&wait_ms=5000", 6s); }};
-  std::this_thread::sleep_for(200ms);
+  // the waiter is registered (the server counts it) before the update comes, so the
+  // update's wake-up is what answers it
+  for (auto end = std::chrono::steady_clock::now() + 5s;
+       srv.stats().long_polls < 1 && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(1ms);
+  CHECK_MESSAGE(srv.stats().long_polls == 1, "the long poll never registered within 5 s");
   srv.set_update(2, "generation 2\nchange removed\nremoved hostA\n");
   t.join();
   CHECK(body_of(later) == "generation 2\nchange removed\nremoved hostA\n");

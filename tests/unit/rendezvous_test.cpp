@@ -410,7 +410,12 @@ TEST_CASE("server: long-poll GET answers when the key arrives, 404 at its deadli
   auto t0 = std::chrono::steady_clock::now();
   std::string got;
   std::thread waiter{[&] { got = request(srv.port(), "GET", "/global/3?wait_ms=5000"); }};
-  std::this_thread::sleep_for(200ms);
+  // the waiter is registered (the server counts it) before the PUT, so the PUT's wake-up
+  // is what answers it
+  for (auto end = std::chrono::steady_clock::now() + 5s;
+       srv.stats().long_polls < 1 && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(1ms);
+  CHECK_MESSAGE(srv.stats().long_polls == 1, "the long poll never registered within 5 s");
   CHECK(status_of(request(srv.port(), "PUT", "/global/3", "late")) == 200);
   waiter.join();
   CHECK(status_of(got) == 200);
