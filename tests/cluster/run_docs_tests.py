@@ -342,13 +342,21 @@ def commands_in(text, helps=None):
 
 
 HELP_SPECS = {}
+HELP_TEXTS = {}
+
+
+def help_text(sub):
+    """What `caf-hvd SUB --help` prints (asked once per run)."""
+    if sub not in HELP_TEXTS:
+        r = subprocess.run([CAF_HVD, sub, "--help"], capture_output=True, text=True, timeout=30)
+        HELP_TEXTS[sub] = r.stdout + r.stderr
+    return HELP_TEXTS[sub]
 
 
 def help_spec(sub):
     """(the flags `caf-hvd SUB --help` names, those that take a value)."""
     if sub not in HELP_SPECS:
-        r = subprocess.run([CAF_HVD, sub, "--help"], capture_output=True, text=True, timeout=30)
-        text = r.stdout + r.stderr
+        text = help_text(sub)
         names = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", text)) | {"-h", "--help"}
         valued = set()
         for m in re.finditer(r"^  (-[\w-]+)(?: \[ (--[\w-]+) \])?( arg)?", text, re.M):
@@ -372,8 +380,7 @@ def option_entries():
     deeper-indented lines that continue it)."""
     entries = {}
     for sub in SUBCOMMANDS:
-        r = subprocess.run([CAF_HVD, sub, "--help"], capture_output=True, text=True, timeout=30)
-        lines = (r.stdout + r.stderr).splitlines()
+        lines = help_text(sub).splitlines()
         for i, line in enumerate(lines):
             m = re.match(r"^  (-[\w-]+)(?: \[ (--[\w-]+) \])?", line)
             if not m:
