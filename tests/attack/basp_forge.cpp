@@ -20,6 +20,7 @@
 //   application id, and reads until the peer closes it; for 60 s.
 #include <arpa/inet.h>
 #include <chrono>
+#include <map>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -353,22 +354,76 @@ int main(int argc, char** argv) {
     b.envs = {{}};
     launch_spec spec;
     spec.argv = b.argv;
+    // every message is a request: a handled one gets an answer (a refusal, a result, or
+    // CAF's error for an unexpected message), one to an id without an actor CAF's bounce
+    std::map<uint64_t, uint64_t> target; // request id -> actor id
     std::string out;
+    auto ask = [&](uint64_t id, const caf::message& msg) {
+      target[f.next_request] = id;
+      out += f.direct(id, msg);
+    };
     for (uint64_t id = 1; id <= max_id; ++id) {
-      out += f.direct(id, workers);
-      out += f.direct(id, caf::make_message(launch_atom::value, b));
-      out += f.direct(id, caf::make_message(launch_atom::value, spec));
-      out += f.direct(id, caf::make_message(call_atom::value, uint64_t{1}, uint32_t{0},
-                                            std::string{"payload"}, std::vector<uint32_t>{0}));
-      out += f.direct(id, caf::make_message(call_atom::value, uint64_t{1}, uint32_t{0},
-                                            std::string{"payload"}));
-      out += f.direct(id, caf::make_message(result_atom::value, uint64_t{1}, std::string{"forged"}));
-      out += f.direct(id, caf::make_message(log_atom::value, std::string{"forged"}));
-      out += f.direct(id, caf::make_message(output_atom::value,
-                                            output_batch{0, 0, {"forged output"}}));
-      out += f.direct(id, caf::make_message(terminate_atom::value, int32_t{9}));
+      ask(id, workers);
+      ask(id, caf::make_message(launch_atom::value, b));
+      ask(id, caf::make_message(launch_atom::value, spec));
+      ask(id, caf::make_message(call_atom::value, uint64_t{1}, uint32_t{0},
+                                std::string{"payload"}, std::vector<uint32_t>{0}));
+      ask(id, caf::make_message(call_atom::value, uint64_t{1}, uint32_t{0},
+                                std::string{"payload"}));
+      ask(id, caf::make_message(result_atom::value, uint64_t{1}, std::string{"forged"}));
+      ask(id, caf::make_message(log_atom::value, std::string{"forged"}));
+      ask(id, caf::make_message(output_atom::value, output_batch{0, 0, {"forged output"}}));
+      ask(id, caf::make_message(terminate_atom::value, int32_t{9}));
+    }
+    // then one more request to every id. An actor handles one peer's messages in the order
+    // they came, so an actor that answers its last one has handled the whole sweep, and
+    // whatever the sweep made it start has started. An id that answers nothing at all is
+    // an actor that keeps every message unhandled (CAF's per-peer spawn-server helper
+    // skips all until its peer's ConfigServ answers, which this peer never does).
+    std::map<uint64_t, uint64_t> last; // actor id -> request id of its last request
+    for (uint64_t id = 1; id <= max_id; ++id) {
+      last[id] = f.next_request;
+      ask(id, workers);
     }
     bool ok = write_all(p, out);
+    std::set<uint64_t> answered_any, answered_last;
+    std::set<uint64_t> last_ids;
+    for (auto& [id, req] : last)
+      last_ids.insert(req);
+    timeval tv{5, 0}; // a frame once begun comes whole, or the read fails
+    setsockopt(p.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    // the answers come within a second; the deadline only bounds the wait for the silent
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    basp::header hdr;
+    std::string payload;
+    while (ok && answered_last.size() < max_id && std::chrono::steady_clock::now() < until) {
+      pollfd pfd{p.fd, POLLIN, 0};
+      if (SSL_pending(p.ssl) == 0 && ::poll(&pfd, 1, 100) <= 0)
+        continue;
+      if (!read_frame(p, hdr, payload, sys)) {
+        ok = false;
+        break;
+      }
+      caf::message_id mid{hdr.operation_data};
+      if (hdr.operation != basp::message_type::direct_message || !mid.is_response())
+        continue;
+      auto req = mid.request_id().integer_value();
+      auto i = target.find(req);
+      if (i == target.end())
+        continue;
+      answered_any.insert(i->second);
+      if (last_ids.count(req) > 0)
+        answered_last.insert(i->second);
+    }
+    std::string late;
+    for (auto id : answered_any)
+      if (answered_last.count(id) == 0)
+        late += " " + std::to_string(id);
+    std::printf("sweep's last requests: %zu of %llu answered, %llu ids answered nothing\n",
+                answered_last.size(), static_cast<unsigned long long>(max_id),
+                static_cast<unsigned long long>(max_id - answered_any.size()));
+    std::printf("ids that answered but not their last request:%s\n",
+                late.empty() ? " none" : late.c_str());
     std::printf("direct sweep of ids 1..%llu: %s\n", static_cast<unsigned long long>(max_id),
                 ok && !closed_soon(p) ? "sent, connection open" : "closed");
   }

@@ -91,6 +91,14 @@ def pids_matching(pattern, prefix=False):
     return out
 
 
+def command_ran(path):
+    """Whether a command that writes `path` (and names it on its command line) ran or is
+    running. A rank starts with posix_spawn, which returns after the exec: once a launch
+    has been handled, its process is either alive with `path` in its command line or has
+    written the file. So this needs no grace period, only the handling as its event."""
+    return bool(pids_matching(path)) or os.path.exists(path)
+
+
 def pid_with_env(pattern, prefix=False, **env):
     """A pid among pids_matching(pattern, prefix) whose environment has every KEY=VALUE of
     `env`, or None."""

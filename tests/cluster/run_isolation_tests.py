@@ -20,7 +20,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import free_port, issue, leftover_ranks, rank_lines, reap, run_suite  # noqa: E402
+from harness import command_ran, free_port, issue, leftover_ranks, rank_lines, reap, run_suite  # noqa: E402
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ATTACK = os.path.join(HERE, "isolation_attack.py")
@@ -187,6 +187,15 @@ class IsolationTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         got = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
         self.assertEqual(got.get("connect"), "ok", r.stdout + r.stderr)
+        # the sweep ends with a request to every id, which an actor answers only after it
+        # has handled the sweep's earlier messages: every actor that handled anything has
+        # handled everything, so what the sweep could start has started. The ids that
+        # answer nothing keep every message unhandled (CAF's helper for this peer).
+        self.assertEqual(got.get("ids that answered but not their last request"), "none",
+                         r.stdout + r.stderr)
+        answered = re.fullmatch(rf"(\d+) of {max_id} answered, (\d+) ids answered nothing",
+                                got.get("sweep's last requests", ""))
+        self.assertIsNotNone(answered, r.stdout + r.stderr)
         return got
 
     GUARDED = ("frame before the handshake", "handshake claiming the agent's own node id",
@@ -223,6 +232,8 @@ class IsolationTest(unittest.TestCase):
                 self.agent_proc.terminate()
                 self.fail(f"{role}: {got}\nthe agent said:\n"
                           f"{self.agent_proc.communicate(timeout=30)[0][-3000:]}")
+        # every actor that answered has handled its whole sweep (forge's last requests)
+        self.assertFalse(command_ran(marker), "a forged launch of the sweep ran a command")
         # the same, one byte per TLS record
         got = self.forge(bob, "driver", marker, max_id=3, mode="bytes")
         for attempt in self.GUARDED:
@@ -266,8 +277,7 @@ class IsolationTest(unittest.TestCase):
                                 r.stdout)
         self.assertGreaterEqual(refused.get("'ops' (admin)", (0, 0))[0], len(self.GUARDED),
                                 r.stdout)
-        time.sleep(1)
-        self.assertFalse(os.path.exists(marker), "a forged launch ran a command")
+        self.assertFalse(command_ran(marker), "a forged launch ran a command")
         # alice's job was not touched: both ranks finish, with nothing forged in its output
         open(mark, "w").close()
         out, err = alice.communicate(timeout=60)
