@@ -311,7 +311,13 @@ class Scenarios:
         steps = 60
         self.train_until_commit(steps, ("ha", "hb"))
         self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
-        time.sleep(0.3)
+        hc = f"127.0.0.1:{self.c.nodes['hc'][1]}"
+
+        def hc_discovered():
+            with open(self.events) as f:
+                return any(e["name"] == "discovery" and hc in e["context"]["hosts"]
+                           for e in map(json.loads, filter(str.strip, f)))
+        wait_until(hc_discovered, 30, "the driver's discovery of hc")
         os.killpg(self.c.nodes["hb"][0].pid, signal.SIGKILL)
         rc, text, err = self.finish()
         events, sizes = self.check(text, err, steps, 2, rc_got=rc)

@@ -19,6 +19,7 @@ Every process a test starts carries TAG in its environment; a test fails if one
 outlives it. Run by `meson test horovod-ray`."""
 
 import ast
+import glob
 import inspect
 import json
 import lzma
@@ -416,7 +417,12 @@ class TrainerTest(Case):
         try:
             wait_until(lambda: os.path.exists(pid_file) or not t.is_alive(), 120,
                        "rank 1 at epoch 2")
-            time.sleep(1)  # rank 0's report of epoch 1 reaches the driver
+            # the driver has both ranks' reports of epoch 1 (its checkpoint is the last)
+            # once the trial's result.json has that epoch's line
+            def epochs_recorded():
+                got = glob.glob(os.path.join(self.dir, "exp", "*", "result.json"))
+                return len(open(got[0]).readlines()) if got else 0
+            wait_until(lambda: epochs_recorded() >= 2, 60, "the driver's record of epoch 1")
             os.kill(int(open(pid_file).read()), signal.SIGKILL)
         finally:
             t.join(180)

@@ -195,23 +195,29 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.agent(1)
         third = self.agent(2)
         self.wait_for("three nodes alive", self.all_alive(names))
-        # a job on hosts 1 and 2 whose ranks sum what they are given after the holder died
+        # a job on hosts 1 and 2 whose ranks, both running, end only after the holder died
+        release = f"/tmp/caf-hvd-membership-{os.getpid()}-holder-gone"
+        self.addCleanup(lambda: os.path.exists(release) and os.remove(release))
         spec = f"{self.h.hosts[1]['good_addr']}:{PORT}:1,{self.h.hosts[2]['good_addr']}:{PORT}:1"
         job = subprocess.Popen(
             ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
              self.driver_dir, "-np", "2", "-H", spec, "--", "sh", "-c",
-             'sleep 3; echo "rank $HOROVOD_RANK of $HOROVOD_SIZE done"'],
+             f'echo up; while [ ! -e {release} ]; do sleep 0.05; done; '
+             f'echo "rank $HOROVOD_RANK of $HOROVOD_SIZE done"'],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.h.procs.append(job)
-        time.sleep(1)
+        for _ in range(2):
+            line = job.stdout.readline()
+            self.assertIn("up", line, line or job.stderr.read())
         os.killpg(holder.pid, 9)
         holder.wait(timeout=10)
         rc, out, err = self.status()
         self.assertEqual(rc, 1)
         self.assertIn("caf-hvd status: error: cannot reach the cluster at", err)
+        open(release, "w").close()
         out, err = job.communicate(timeout=60)
         self.assertEqual(job.returncode, 0, err)
-        self.assertEqual(sorted(line[0] for line in rank_lines(out).values()),
+        self.assertEqual(sorted(line[-1] for line in rank_lines(out).values()),
                          ["rank 0 of 2 done", "rank 1 of 2 done"])
         # the holder comes back: the members join it again on their own (they retry every
         # second), so the table is whole within a few seconds
@@ -230,13 +236,17 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         t = self.wait_for("host 2 back", self.all_alive(names))
         self.assertGreater(t[names[2]]["joined_ms"], t[names[1]]["joined_ms"] - 10_000)
 
-    def start_job(self, np, *options, marker, name="job"):
+    def start_job(self, np, *options, marker, name="job", after=None):
         """A driver in host 0's namespace with no host list; its ranks print their host and
-        node-wide slot as they see them, then wait until `marker` exists."""
+        node-wide slot as they see them, then wait until `marker` exists. With `after`, a
+        rank that starts before that file exists says so instead of its slot."""
+        slot = 'echo "slot $HOROVOD_HOSTNAME $CAF_HVD_SLOT"'
+        if after:
+            slot = f'if [ -e {after} ]; then {slot}; else echo "started before {after}"; fi'
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
              self.driver_dir, "--cluster", f"{self.head}:{PORT}", "-np", str(np), *options, "--",
-             "sh", "-c", f'echo "slot $HOROVOD_HOSTNAME $CAF_HVD_SLOT"; '
+             "sh", "-c", f'{slot}; '
                          f'while [ ! -e {marker} ]; do sleep 0.1; done; echo "{name} done"'],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.h.procs.append(p)
@@ -279,13 +289,12 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertNotEqual(rc, 0)
         self.assertIn(f"node agent '{a_host}' cannot start 1 rank of this job: the node has 2 "
                       "slots for all jobs and 2 are held (2 by job", err)
-        # a third job waits, says for what, and starts when a ends
-        c = self.start_job(2, "--slot-wait", "60", marker=marks[2], name="c")
+        # a third job waits, says for what, and starts when a ends (its ranks check that a's
+        # ranks were released first)
+        c = self.start_job(2, "--slot-wait", "60", marker=marks[2], name="c", after=marks[0])
         line = c.stderr.readline()
         self.assertRegex(line, r"caf-hvd: waiting for 2 slots: 0 free of 6, 4 held by job \S+, "
                                r"2 held by job \S+")
-        time.sleep(1)
-        self.assertIsNone(c.poll())
         open(marks[0], "w").close()
         out, err = a.communicate(timeout=60)
         self.assertEqual(a.returncode, 0, err)
@@ -560,7 +569,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         """Real Horovod's hvd.init() ends with SIGSEGV on such a host (its process sets'
         Gloo device looks the host name up): the agent says so when it starts. The netns
         hosts' own names resolve (netns.py), and their agents say nothing."""
-        self.agent(0)
+        a0 = self.agent(0)
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.h.hosts[1]["ns"], "unshare", "--uts", "sh", "-c",
              'hostname nowhere-to-be-found.invalid && exec "$0" "$@"', CAF_HVD, "node",
@@ -577,7 +586,11 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
                          r"name 'nowhere-to-be-found\.invalid' does not resolve \([^)]+\): real "
                          r"Horovod's hvd\.init\(\) ends with SIGSEGV on such a host; add the "
                          r"name to /etc/hosts or the DNS$")
-        time.sleep(0.5)
+        # agent 0 would have warned at its start: a SIGHUP's reload, which its signal loop
+        # takes only after the start, says when everything of the start has been said
+        os.kill(a0.pid, signal.SIGHUP)
+        self.wait_for("agent 0's SIGHUP reload",
+                      lambda: "SIGHUP: reloaded the credentials" in self.drains[0].text())
         self.assertNotIn("warning", self.drains[0].text())
 
     def test_joins_that_must_not_happen_are_refused_with_one_line_and_exit_1(self):
