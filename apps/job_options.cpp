@@ -166,7 +166,8 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
       hidden;
   job.add_options()("help,h", "show this help")(
       "version,v", "print caf-hvd's version and exit (horovodrun's -v)")("np", po::value(&np),
-                                                "number of ranks (elastic: the initial minimum)")(
+                                                "number of ranks, written -np N as horovodrun and mpirun write it (--np N "
+                                                "is the same flag; elastic: the initial minimum)")(
       "start-timeout", po::value(&start_timeout)->default_value(30),
       "seconds for every rank to be placed and started")(
       "kill-grace-seconds", po::value(&kill_grace)->default_value(5),

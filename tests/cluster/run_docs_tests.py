@@ -19,6 +19,7 @@ from harness import free_port, reap, run_suite  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DOCS = os.path.join(ROOT, "docs")
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
+ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
 
 def page_messages(path):
@@ -247,6 +248,62 @@ class DocsTest(unittest.TestCase):
                           f"{rel}:2: caf_hvd.Nothing: no such name",
                           f"{rel}:1: caf_hvd.Executor() takes no keyword 'no_such_kwarg'"])
 
+    def block_env(self):
+        """What a reader who built caf-hvd has: its programs on PATH, a home of their own."""
+        env = dict(self.env)
+        env["HOME"] = os.path.join(self.dir, "home")
+        os.makedirs(env["HOME"], exist_ok=True)
+        apps = {os.path.dirname(os.path.abspath(CAF_HVD)),
+                os.path.dirname(os.path.abspath(ALLREDUCE))}
+        env["PATH"] = os.pathsep.join(sorted(apps) + [env.get("PATH", "/usr/bin:/bin")])
+        return env
+
+    def test_every_runnable_block_of_the_pages_runs(self):
+        """Every code block a page marks `<!-- runnable -->` runs as its reader would run
+        it (from the checkout, with caf-hvd on PATH): a block of commands exits 0; in a
+        block with `$ ` prompts, each command prints exactly the lines shown under it."""
+        blocks = []
+        for path in [os.path.join(ROOT, "README.md")] + [
+                os.path.join(DOCS, f) for f in sorted(os.listdir(DOCS)) if f.endswith(".md")]:
+            with open(path) as f:
+                blocks += [(f"{os.path.relpath(path, ROOT)}:{line}", block)
+                           for line, block in runnable_blocks(f.read())]
+        self.assertGreaterEqual(len(blocks), 4, "the pages' runnable blocks were not found")
+        env = self.block_env()
+        wrong = []
+        for where, block in blocks:
+            wrong += [f"{where}: {w}" for w in block_problems(block, env, ROOT)]
+        self.assertEqual(wrong, [], "runnable blocks that do not run as their page shows")
+
+    def test_the_block_check_finds_a_failing_block_and_output_that_differs(self):
+        """The check above on a deliberately wrong page: a block with a flag that does not
+        exist fails, a prompt's output that differs from the page's is told line by line,
+        and a block that is not marked is not run."""
+        page = ("<!-- runnable -->\n\n"
+                "    caf-hvd cluster init ~/c\n"
+                "    caf-hvd run -np 2 --no-such-flag -- true\n\n"
+                "<!-- runnable -->\n\n"
+                "    $ caf-hvd hosts -H a:2,b:1\n"
+                "    a:2\n"
+                "    b:2\n"
+                "    caf-hvd: 2 hosts, 3 slots, from -H\n\n"
+                "Not marked:\n\n"
+                "    caf-hvd run --not-run-at-all\n\n"
+                "<!-- runnable -->\n\n"
+                "```\n"
+                "test -f ~/c/ca.pem && echo fine\n"
+                "```\n")
+        blocks = runnable_blocks(page)
+        self.assertEqual([line for line, _ in blocks], [1, 6, 17])
+        env = self.block_env()
+        got = [block_problems(b, env, self.dir) for _, b in blocks]
+        self.assertEqual(len(got[0]), 1, got)
+        self.assertRegex(got[0][0], r"(?s)^exit 2: .*caf-hvd run: error: unrecognised option "
+                                    r"'--no-such-flag'")
+        self.assertEqual(got[1], ["caf-hvd hosts -H a:2,b:1: line 2 is 'b:1', the page "
+                                  "shows 'b:2'"])
+        self.assertEqual(got[2], [])
+
     def test_every_planted_bug_of_the_mutation_script_fits_the_code(self):
         """scripts/mutate.py --check: each mutant's text is in its file exactly once (a
         refactoring that moves one is told here, not at the next mutation run)."""
@@ -343,6 +400,81 @@ def commands_in(text, helps=None):
 
 HELP_SPECS = {}
 HELP_TEXTS = {}
+
+
+RUNNABLE = "<!-- runnable -->"
+
+
+def runnable_blocks(text):
+    """(line of the marker, text) of each code block that follows a `<!-- runnable -->`
+    line: an indented block (its indentation taken off) or a fenced one."""
+    lines = text.split("\n")
+    found = []
+    for i, line in enumerate(lines):
+        if line.strip() != RUNNABLE:
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        block = []
+        if j < len(lines) and lines[j].startswith("```"):
+            j += 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                block.append(lines[j])
+                j += 1
+        else:
+            while j < len(lines) and (lines[j].startswith("    ") or not lines[j].strip()):
+                block.append(lines[j][4:])
+                j += 1
+        found.append((i + 1, "\n".join(block).strip("\n")))
+    return found
+
+
+def block_problems(block, env, cwd, timeout=300):
+    """Runs a block in bash, from `cwd`. Without `$ ` prompts it is one script that must
+    exit 0. With them, each prompt's command must exit 0 and print (stdout and stderr, as
+    a terminal shows them) exactly the lines under it. Returns what went wrong."""
+    def run(script, merge):
+        try:
+            r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=cwd,
+                               env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                               text=True, timeout=timeout, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return None, f"did not end within {timeout} s"
+        return r.returncode, r.stdout + (r.stderr or "")
+
+    lines = block.split("\n")
+    if not any(line.startswith("$ ") for line in lines):
+        rc, out = run(block, False)
+        if rc is None:
+            return [out]
+        return [] if rc == 0 else [f"exit {rc}: {out.strip()[-600:]}"]
+    problems, i = [], 0
+    while i < len(lines):
+        if not lines[i].startswith("$ "):
+            i += 1
+            continue
+        command, shown = lines[i][2:], []
+        i += 1
+        while i < len(lines) and not lines[i].startswith("$ "):
+            shown.append(lines[i])
+            i += 1
+        while shown and not shown[-1].strip():
+            shown.pop()
+        rc, out = run(command, True)
+        if rc is None or rc != 0:
+            problems.append(f"{command}: "
+                            + (out if rc is None else f"exit {rc}: {out.strip()[-600:]}"))
+            continue
+        got = out.rstrip("\n").split("\n") if out.strip() else []
+        for k in range(max(len(got), len(shown))):
+            a = got[k] if k < len(got) else "(nothing)"
+            b = shown[k] if k < len(shown) else "(nothing)"
+            if a != b:
+                problems.append(f"{command}: line {k + 1} is {a!r}, the page shows {b!r}")
+                break
+    return problems
 
 
 def help_text(sub):
