@@ -1,5 +1,6 @@
 // The table actor and the joiner (actors/cluster.hpp).
 #include "actors/cluster.hpp"
+#include "runtime/cluster/drain_mark.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -78,15 +79,23 @@ void say(const node_settings& n, const std::string& line) {
 
 // This node drains (or is back): it takes no new jobs, and every job with ranks here is
 // told (elastic jobs leave it; a static job's ranks run on).
+// An administrator's drain is also kept in the agent's state directory, so that the
+// agent comes back drained after a restart (a rolling upgrade's step) until an undrain.
 void set_draining(const node_settings& n, bool on, const std::string& admin,
                   const std::string& how = {}) {
+  auto what = how.empty() ? fmt::format("{} by the cluster's administrator '{}'",
+                                        on ? "drained" : "undrained", printable(admin))
+                          : how;
+  if (!n.state_dir.empty())
+    if (auto why = write_drain_mark(n.state_dir, on, fmt::format("{} at {} (unix time)", what,
+                                                                 unix_ms() / 1000));
+        !why.empty())
+      say(n, fmt::format("warning: the {} is not kept across a restart: {}",
+                         on ? "drain" : "undrain", why));
   if (n.draining->exchange(on) == on)
     return;
   if (n.guardian)
-    post_from(n.guardian, drain_atom::value, on,
-              how.empty() ? fmt::format("{} by the cluster's administrator '{}'",
-                                        on ? "drained" : "undrained", printable(admin))
-                          : how);
+    post_from(n.guardian, drain_atom::value, on, what);
 }
 
 // -- the table ---------------------------------------------------------------------------
@@ -302,7 +311,8 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                              printable(info.address), info.port,
                              holder.shared ? " (a shared certificate)" : ""));
           nudge_watchers(self);
-          return join_answer{{}, token, st.table.drained(info.name)};
+          return join_answer{{}, token, st.table.drained(info.name),
+                             st.table.undrained(info.name)};
         },
         [self](update_atom, uint64_t token, member_info& info) {
           auto& st = self->state;
@@ -603,6 +613,15 @@ void try_join(joiner_ptr self) {
                         report(self);
                         say(n, "drained by the cluster's administrator while it was away: no "
                                "new jobs; running ranks go on");
+                      } else if (answer.undrained && n.draining->load()) {
+                        // a drain this agent kept across its restart, ended by an undrain
+                        // the table got while it was away
+                        set_draining(n, false, {},
+                                     "undrained by the cluster's administrator while this node "
+                                     "was away");
+                        report(self);
+                        say(n, "undrained by the cluster's administrator while it was away: it "
+                               "takes jobs again");
                       }
                     },
                     [self](caf::error& e) {

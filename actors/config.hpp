@@ -43,6 +43,9 @@ struct node_settings {
   // Drained (by an administrator, or by itself on SIGTERM with --drain-grace): it takes
   // no new jobs, and reports so; its running ranks go on
   std::shared_ptr<std::atomic<bool>> draining = std::make_shared<std::atomic<bool>>(false);
+  // Where an administrator's drain is kept across the agent's restarts (--state-dir;
+  // empty: kept only while the agent runs)
+  std::string state_dir;
   // Whose account ranks run as (runtime/launch/identity.hpp): with switch_users, the owner's
   // (each job's colocator resolves it, or refuses the job); else the agent's own
   rank_user_policy rank_policy;

@@ -512,10 +512,13 @@ struct join_answer {
   // an administrator drained this node while it was away: it drains now (the table kept
   // the drain; the administrator's ticket would have expired by then)
   bool drained = false;
+  // an administrator undrained this node while it was away: a drain the node kept across
+  // its own restart (--state-dir) ends now
+  bool undrained = false;
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, join_answer& x) {
-  return f(caf::meta::type_name("join_answer"), x.error, x.token, x.drained);
+  return f(caf::meta::type_name("join_answer"), x.error, x.token, x.drained, x.undrained);
 }
 
 /// The actor every node agent publishes on its port. The agent others join holds the

@@ -26,6 +26,7 @@
 #include "apps/cli.hpp"
 #include "runtime/observe/text.hpp"
 #include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/drain_mark.hpp"
 #include "runtime/network/net.hpp"
 #include "runtime/cluster/gpu.hpp"
 #include "runtime/job/host_spec.hpp"
@@ -50,6 +51,8 @@ struct node_options {
   int join_port = default_node_port;
   double drain_grace = 0; // SIGTERM: drain, wait this long for the ranks, then stop
   rank_user_policy rank_policy;
+  std::string state_dir;              // --state-dir ("" = none)
+  std::optional<std::string> drained; // the drain kept there, read at the start
 };
 
 // Explains why a port cannot be opened (CAF only says that it failed).
@@ -83,7 +86,7 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
                                "usage: caf-hvd node [--port PORT] [--name NAME] [--slots N] "
                                "[--bind ADDR]\n\noptions"};
   int port = default_node_port;
-  std::string name, bind, cluster, gpus, join, rank_user = "owner", job_account;
+  std::string name, bind, cluster, gpus, join, rank_user = "owner", job_account, state_dir;
   // $CAF_HVD_RANK_USER: the default of --rank-user (a test harness that starts agents as
   // root with throw-away certificates sets it to agent)
   if (const char* env = std::getenv("CAF_HVD_RANK_USER"); env && *env)
@@ -136,7 +139,11 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "connection before it is read); at least 257, an executor frame of 256 MB and its "
       "call: raise it with drivers' --executor-max-frame-mb")(
       "allow-root-ranks", "an owner named like a uid-0 account runs ranks as root (never by "
-      "default)");
+      "default)")(
+      "state-dir", po::value(&state_dir),
+      "DIR: where the agent keeps what outlives it: an administrator's drain (DIR/drained), "
+      "so that a restarted agent stays drained until undrained; empty (the default): "
+      "nothing is kept");
   auto parsed = parse_options_only(argc, argv, desc, "node");
   if (!parsed)
     return std::nullopt; // --help
@@ -215,6 +222,14 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
   n.drain_grace = drain_grace;
   n.join_host = join_host;
   n.join_port = join_port;
+  if (!state_dir.empty()) {
+    try {
+      n.drained = read_drain_mark(state_dir);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("--state-dir: {}", e.what()));
+    }
+    n.state_dir = state_dir;
+  }
   return n;
 }
 
@@ -258,6 +273,9 @@ int start_node(const node_options& o) {
   cfg.node->switch_users = o.rank_policy.mode == rank_user_mode::owner && can_switch_users();
   cfg.node->bind = bind;
   cfg.node->link_timeout = o.link.timeout;
+  cfg.node->state_dir = o.state_dir;
+  if (o.drained)
+    cfg.node->draining->store(true); // before any job can reach it
   cfg.node->started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
@@ -313,6 +331,12 @@ int start_node(const node_options& o) {
                 : std::string{" (it cannot switch users: not root, and without CAP_SETUID and "
                               "CAP_SETGID)"});
     }
+    if (o.drained)
+      std::cerr << fmt::format("caf-hvd node '{}': drained, as before this start ({}: {}): "
+                               "no new jobs until 'caf-hvd undrain {}'\n",
+                               name, drain_mark_path(o.state_dir), printable(*o.drained),
+                               name)
+                << std::flush;
     if (auto why = own_name_problem(); !why.empty())
       std::cerr << fmt::format("caf-hvd node '{}': warning: {}: real Horovod's hvd.init() ends "
                                "with SIGSEGV on such a host; add the name to /etc/hosts or "

@@ -308,6 +308,7 @@ std::string membership_table::set_drained(const std::string& name, bool drained)
                        names.empty() ? std::string{"none"} : fmt::format("{}", fmt::join(names, ", ")));
   }
   it->second.row.drained = drained;
+  it->second.undrained = !drained;
   // The node is told to undrain: until its next report says otherwise (it refused), it
   // counts as undrained, so status does not show it drained after the undrain.
   if (!drained)
@@ -318,6 +319,11 @@ std::string membership_table::set_drained(const std::string& name, bool drained)
 bool membership_table::drained(const std::string& name) const {
   auto it = rows_.find(name);
   return it != rows_.end() && it->second.row.drained;
+}
+
+bool membership_table::undrained(const std::string& name) const {
+  auto it = rows_.find(name);
+  return it != rows_.end() && it->second.undrained;
 }
 
 std::optional<uint64_t> membership_table::member_of(const std::string& name) const {

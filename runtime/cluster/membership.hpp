@@ -164,6 +164,10 @@ public:
   /// Whether an administrator drained `name` (kept while it is away: it is told when it
   /// joins again).
   bool drained(const std::string& name) const;
+  /// Whether an administrator's last word on `name` was an undrain (given while it was
+  /// away, it is told when it joins again: a node that kept its drain across its own
+  /// restart drops it then).
+  bool undrained(const std::string& name) const;
   /// The member that holds `name`'s row (for telling it), if alive.
   std::optional<uint64_t> member_of(const std::string& name) const;
   /// The table at `now_ms`.
@@ -217,6 +221,7 @@ private:
   struct entry {
     uint64_t member = 0;
     member_row row;
+    bool undrained = false; // an administrator's last word on it was an undrain
   };
   std::map<std::string, entry> rows_; // by name
 };

@@ -7,9 +7,11 @@ run as root. Prints 'N passed, N failed'."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -692,6 +694,74 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.wait_for(f"{names[2]} undrained", lambda: "undrained" in self.drains[2].text())
         rc, out, err = self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir,
                                       "-np", "1", "-H", spec, "--", "echo", "ran"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(rank_lines(out)[0], ["ran"])
+
+    def test_a_drain_outlives_its_agents_restart_and_an_undrain_given_while_away_ends_it(self):
+        """Issue 50 item 3: with --state-dir, an administrator's drain is the node's own. The
+        table's agent, drained and restarted (the table starts empty), comes back drained
+        and takes no job until undrained; a member drained, then undrained while its
+        agent was down, comes back drained from its own mark and is undrained by the
+        table's word at its join."""
+        names = [x["name"] for x in self.h.hosts]
+        admin = issue("admin", "root-admin")
+        state = []
+        for i in range(3):
+            state.append(tempfile.mkdtemp(prefix=f"caf-hvd-state-{i}-"))
+            self.addCleanup(shutil.rmtree, state[i], True)
+        agents = [self.agent(i, "--state-dir", state[i]) for i in range(3)]
+        self.wait_for("three nodes alive", self.all_alive(names))
+
+        def admin_cmd(verb, i):
+            rc, out, err = self.h.run(0, [CAF_HVD, verb, names[i], "--cluster",
+                                          f"{self.head}:{PORT}", "--cluster-dir", admin])
+            self.assertEqual(rc, 0, err)
+
+        def job_on(i):
+            return self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir, "-np",
+                                  "1", "-H", f"{self.h.hosts[i]['good_addr']}:{PORT}:1", "--",
+                                  "echo", "ran"])
+
+        def restart(i, kill=signal.SIGTERM):
+            os.killpg(agents[i].pid, kill)
+            agents[i].wait(timeout=60)
+            agents[i] = self.agent(i, "--state-dir", state[i])
+
+        # the table's own node: drained, restarted, still drained in the new table
+        admin_cmd("drain", 0)
+        self.wait_for("the drain kept in node 0's state directory",
+                      lambda: os.path.exists(os.path.join(state[0], "drained")))
+        restart(0)
+        self.wait_for("agent 0 saying it starts drained",
+                      lambda: "drained, as before this start" in self.drains[0].text())
+        self.assertIn("drained by the cluster's administrator 'root-admin'",
+                      self.drains[0].text())
+        self.wait_for("the rebuilt table with node 0 drained and the others back", lambda: (
+            self.table()[names[0]]["state"] == "drained"
+            and all(self.table().get(n, {}).get("state") == "alive" for n in names[1:])),
+            seconds=30)
+        rc, out, err = job_on(0)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn(f"node agent '{names[0]}' is drained: it takes no new jobs", err)
+        admin_cmd("undrain", 0)
+        self.assertFalse(os.path.exists(os.path.join(state[0], "drained")))
+        rc, out, err = job_on(0)
+        self.assertEqual(rc, 0, err)
+        # a member: drained, its agent killed, undrained while it is away
+        admin_cmd("drain", 2)
+        self.wait_for("node 2 drained", lambda: "drained by the cluster's administrator"
+                      in self.drains[2].text())
+        os.killpg(agents[2].pid, signal.SIGKILL)
+        agents[2].wait(timeout=30)
+        self.wait_for(f"{names[2]} lost", lambda: self.table()[names[2]]["state"] == "lost")
+        admin_cmd("undrain", 2)
+        agents[2] = self.agent(2, "--state-dir", state[2])
+        self.wait_for("agent 2 undrained at its join", lambda: (
+            "undrained by the cluster's administrator while it was away"
+            in self.drains[2].text()), seconds=30)
+        self.assertIn("drained, as before this start", self.drains[2].text())
+        self.assertFalse(os.path.exists(os.path.join(state[2], "drained")))
+        rc, out, err = job_on(2)
         self.assertEqual(rc, 0, err)
         self.assertEqual(rank_lines(out)[0], ["ran"])
 

@@ -2,8 +2,11 @@
 // addresses as the agents' options take them.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <stdexcept>
+#include <stdlib.h>
 
+#include "runtime/cluster/drain_mark.hpp"
 #include "runtime/cluster/membership.hpp"
 
 using namespace cafhvd;
@@ -370,7 +373,50 @@ TEST_CASE("placement: a node the administrator drained gets no ranks before its 
   CHECK(t.drained("hb"));
   CHECK(where(t.place(job("j3", 2), 1400)) == "ha:2");
   t.release("j3");
+  CHECK_FALSE(t.undrained("hb"));
   CHECK(t.set_drained("hb", false) == "");
   CHECK_FALSE(t.drained("hb"));
   CHECK(where(t.place(job("j4", 4), 1500)) == "hb:4");
+}
+
+TEST_CASE("drain: the table tells a re-joining node the administrator's last word, and a "
+          "fresh table has none") {
+  membership_table t;
+  CHECK(t.join(1, node("ha"), cert("ha"), 0) == "");
+  CHECK_FALSE(t.drained("ha"));
+  CHECK_FALSE(t.undrained("ha")); // no word: a node keeps what it kept
+  t.gone(1, false, 100);
+  // an undrain while it is away: the re-joining node hears it (it may have kept a drain)
+  CHECK(t.set_drained("ha", false) == "");
+  CHECK(t.undrained("ha"));
+  CHECK(t.join(2, node("ha"), cert("ha"), 200) == "");
+  CHECK(t.undrained("ha"));
+  CHECK_FALSE(t.drained("ha"));
+  // a drain replaces it
+  CHECK(t.set_drained("ha", true) == "");
+  CHECK(t.drained("ha"));
+  CHECK_FALSE(t.undrained("ha"));
+  // a node the table never heard of has no word either way
+  CHECK_FALSE(t.drained("hz"));
+  CHECK_FALSE(t.undrained("hz"));
+}
+
+TEST_CASE("drain mark: kept in the state directory, read back, removed by an undrain; a "
+          "directory that cannot be read is an error, not 'not drained'") {
+  char tmpl[] = "/tmp/caf-hvd-drain-mark-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl;
+  CHECK_FALSE(read_drain_mark(dir).has_value());
+  CHECK(write_drain_mark(dir, true, "drained by the cluster's administrator 'ops'") == "");
+  auto got = read_drain_mark(dir);
+  REQUIRE(got.has_value());
+  CHECK(*got == "drained by the cluster's administrator 'ops'");
+  CHECK_FALSE(std::filesystem::exists(drain_mark_path(dir) + ".tmp"));
+  CHECK(write_drain_mark(dir, false, "") == "");
+  CHECK_FALSE(read_drain_mark(dir).has_value());
+  CHECK(write_drain_mark(dir, false, "") == ""); // undrained twice: nothing to remove
+  CHECK_THROWS_WITH_AS(read_drain_mark(dir + "/nope"),
+                       doctest::Contains("No such file or directory"), std::runtime_error);
+  CHECK(write_drain_mark(dir + "/nope", true, "x").find("cannot write") == 0);
+  std::filesystem::remove_all(dir);
 }

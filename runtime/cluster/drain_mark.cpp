@@ -1,0 +1,68 @@
+#include "runtime/cluster/drain_mark.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <stdexcept>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace cafhvd {
+
+std::string drain_mark_path(const std::string& dir) {
+  return dir + "/drained";
+}
+
+std::optional<std::string> read_drain_mark(const std::string& dir) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0)
+    throw std::runtime_error(fmt::format("state directory {}: {}", dir, std::strerror(errno)));
+  if (!S_ISDIR(st.st_mode))
+    throw std::runtime_error(fmt::format("state directory {}: not a directory", dir));
+  auto path = drain_mark_path(dir);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return std::nullopt;
+    throw std::runtime_error(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+  }
+  std::string text;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0 && text.size() < 4096)
+    text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
+    text.pop_back();
+  return text.empty() ? std::string{"(no reason kept)"} : text;
+}
+
+std::string write_drain_mark(const std::string& dir, bool on, const std::string& why) {
+  auto path = drain_mark_path(dir);
+  if (!on) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      return fmt::format("cannot remove {}: {}", path, std::strerror(errno));
+    return {};
+  }
+  auto tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return fmt::format("cannot write {}: {}", tmp, std::strerror(errno));
+  auto line = why + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size())
+            && ::fsync(fd) == 0;
+  int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (ok)
+      err = errno;
+    ::unlink(tmp.c_str());
+    return fmt::format("cannot write {}: {}", path, std::strerror(err));
+  }
+  return {};
+}
+
+} // namespace cafhvd
