@@ -123,6 +123,7 @@ struct table_state {
   };
   std::map<caf::actor_addr, watcher> watchers;
   uint64_t nudges = 0;
+  std::vector<std::string> members_kept; // as last written to the state directory
   void forget(uint64_t id) {
     if (auto m = members.find(id); m != members.end()) {
       by_token.erase(m->second.token);
@@ -146,6 +147,27 @@ using table_ptr = cluster_actor::stateful_pointer<table_state>;
 
 // Nudges every watching job whose hosts differ from what it got last (it asks again with
 // its ticket; a nudge carries nothing else).
+// How long a table that starts waits for the members of a table it replaces (its agent
+// restarted) before its answers are final: a few of their retry periods (0.25 s doubling
+// to 4 s).
+constexpr int64_t rejoin_grace_ms = 10'000;
+
+// The members, in the state directory for a table that restarts (once the last table's
+// have joined again or the grace ended): at each join, and at the tick for the rest.
+void keep_members(table_ptr self) {
+  auto& n = settings_of(self->system());
+  auto& st = self->state;
+  if (n.state_dir.empty() || !st.table.rejoining(unix_ms()).empty())
+    return;
+  auto names = st.table.member_names();
+  names.erase(std::remove(names.begin(), names.end(), n.name), names.end());
+  if (names == st.members_kept)
+    return;
+  if (auto why = write_table_members(n.state_dir, names); !why.empty())
+    say(n, fmt::format("warning: the table's members are not kept for its restart: {}", why));
+  st.members_kept = std::move(names);
+}
+
 void nudge_watchers(table_ptr self) {
   auto& st = self->state;
   if (st.watchers.empty())
@@ -235,6 +257,17 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
       }
     };
     refresh_self();
+    // A table whose agent restarted (its state directory lists the members it had): they
+    // join again within a few of their retry periods (at most 4 s apart). Until they all
+    // have, or the grace ends, a job that does not fit waits, and elastic jobs keep their
+    // host sets, instead of taking a half-filled table for the cluster.
+    if (auto& n = settings_of(self->system()); !n.state_dir.empty()) {
+      auto had = read_table_members(n.state_dir);
+      had.erase(std::remove(had.begin(), had.end(), n.name), had.end());
+      st.members_kept = had;
+      if (!had.empty())
+        st.table.rejoin_until(unix_ms() + rejoin_grace_ms, unix_ms(), std::move(had));
+    }
     self->set_default_handler(drop_unexpected);
     self->send(self, deadline_atom::value, st.timer);
     self->set_down_handler([self](caf::down_msg& dm) {
@@ -311,6 +344,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                              printable(info.address), info.port,
                              holder.shared ? " (a shared certificate)" : ""));
           nudge_watchers(self);
+          keep_members(self);
           return join_answer{{}, token, st.table.drained(info.name),
                              st.table.undrained(info.name)};
         },
@@ -424,13 +458,19 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           }
           refresh_self();
           p.hosts = st.table.available(r, unix_ms());
+          // not final while members join again: a job that has hosts keeps them
+          if (auto why = st.table.rejoining(unix_ms()); !why.empty()) {
+            p.waiting = true;
+            p.waiting_for = why;
+          }
           // (a bounded number: beyond it, a job learns of changes at its next discovery)
           if (auto sender = self->current_sender();
               sender && (st.watchers.size() < max_watchers
                          || st.watchers.count(caf::actor_cast<caf::actor_addr>(sender)))) {
             auto addr = caf::actor_cast<caf::actor_addr>(sender);
             auto [it, fresh] = st.watchers.try_emplace(addr);
-            it->second = {sender, r, hosts_text(p.hosts)};
+            // (an answer that is not final yet: the job is nudged once the window ends)
+            it->second = {sender, r, p.waiting ? std::string{"(rejoining)"} : hosts_text(p.hosts)};
             if (fresh)
               self->monitor(addr);
           }
@@ -470,6 +510,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           refresh_self();
           self->state.table.expire(unix_ms(), keep_gone_ms);
           nudge_watchers(self); // the holder's own row, holds that ran out
+          keep_members(self);
           self->delayed_send(self, report_tick, deadline_atom::value, token);
         },
     };

@@ -55,6 +55,11 @@ void job::discover_from_cluster() {
                     [this](placement& p) {
                       if (!p.error.empty())
                         return on_discovered(false, "could not list its nodes: " + p.error);
+                      // a table that has just started (its agent restarted): a job with
+                      // hosts keeps them until the members have joined it again
+                      if (p.waiting && discovery_runs_ > 0)
+                        return on_discovered(false, "could not list its nodes yet: "
+                                                        + p.waiting_for);
                       std::string text;
                       for (auto& h : p.hosts)
                         text += fmt::format("{}:{}:{}\n", h.reach(ec_.cluster->host), h.port,

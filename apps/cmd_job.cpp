@@ -88,21 +88,40 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
   auto deadline = std::chrono::steady_clock::now() + wait;
   cluster_actor table;
   caf::node_id nid;
-  self->request(net::module().connector(sys, creds.has_value()), std::chrono::seconds(10),
-                caf::connect_atom::value, where.host, where.port)
-      .receive(
-          [&](caf::node_id& n, caf::strong_actor_ptr& published, std::set<std::string>&) {
-            nid = n;
-            table = caf::actor_cast<cluster_actor>(published);
-            if (!table)
-              error = fmt::format("{} is a caf-hvd node agent without a cluster table", peer);
-          },
-          [&](caf::error& e) {
-            error = fmt::format("cannot reach the cluster at {}: {}", peer,
+  auto connect = [&]() -> std::string {
+    std::string why;
+    self->request(net::module().connector(sys, creds.has_value()), std::chrono::seconds(10),
+                  caf::connect_atom::value, where.host, where.port)
+        .receive(
+            [&](caf::node_id& n, caf::strong_actor_ptr& published, std::set<std::string>&) {
+              nid = n;
+              table = caf::actor_cast<cluster_actor>(published);
+              if (!table)
+                why = fmt::format("{} is a caf-hvd node agent without a cluster table", peer);
+            },
+            [&](caf::error& e) {
+              why = fmt::format("cannot reach the cluster at {}: {}", peer,
                                 connect_error(sys, e, creds.has_value(), peer));
-          });
-  if (!error.empty())
-    return error;
+            });
+    if (why.empty())
+      self->monitor(table); // its link breaking is seen at the next ask, not after a timeout
+    return why;
+  };
+  if (auto why = connect(); !why.empty())
+    return why;
+  // Whether the table's link broke since the last ask (CAF fails no request to a node that
+  // is gone before the request's timeout; its proxy's down message comes at once).
+  auto table_gone = [&] {
+    bool gone = false, more = true;
+    while (more)
+      self->receive(
+          [&](caf::down_msg& dm) {
+            if (dm.source == table.address())
+              gone = true;
+          },
+          caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    return gone;
+  };
   std::string said;
   while (true) {
     signed_ticket ticket;
@@ -110,13 +129,42 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
       ticket = net::module().sign_ticket(*creds,
                                          ticket_body("place", to_string(nid), r.place.job, unix_s()));
     placement p;
+    std::string lost; // the table did not answer: its agent restarts, or its link broke
+    if (table_gone())
+      lost = fmt::format("the cluster's table at {} went away (its link broke)", peer);
     auto asked = std::chrono::steady_clock::now();
-    self->request(table, std::chrono::seconds(10), place_atom::value, r.place, ticket)
-        .receive([&](placement& got) { p = std::move(got); },
-                 [&](caf::error& e) {
-                   p.error = fmt::format("the cluster at {} did not answer: {}", peer,
-                                         sys.render(e));
-                 });
+    // (the table answers in milliseconds; a request to a node that died is only ever
+    // failed by its timeout)
+    if (lost.empty())
+      self->request(table, std::chrono::seconds(5), place_atom::value, r.place, ticket)
+          .receive([&](placement& got) { p = std::move(got); },
+                   [&](caf::error& e) {
+                     lost = fmt::format("the cluster at {} did not answer: {}", peer,
+                                        sys.render(e));
+                   });
+    if (!lost.empty()) {
+      // While the job may still wait for slots, a table that went away (its agent
+      // restarting, as in an upgrade) is asked again once it is back: the job loses its
+      // place in line, not its run.
+      if (said.empty() || std::chrono::steady_clock::now() >= deadline)
+        return fmt::format("cannot place the job on the cluster at {}: {}", peer, lost);
+      std::cerr << fmt::format("caf-hvd: {}; asking it again until --slot-wait ends\n", lost);
+      std::string why;
+      while (true) {
+        auto set = termination_signals();
+        timespec ts{0, 500 * 1000 * 1000};
+        if (int sig = sigtimedwait(&set, nullptr, &ts); sig > 0)
+          return fmt::format("{} while waiting for slots", strsignal(sig));
+        if (why = connect(); why.empty())
+          break;
+        if (std::chrono::steady_clock::now() >= deadline)
+          return fmt::format("no slots on the cluster at {} within --slot-wait {} s: {}", peer,
+                             r.slot_wait, why);
+      }
+      std::cerr << fmt::format("caf-hvd: the cluster at {} answers again\n", peer);
+      said = "(asked again)";
+      continue;
+    }
     if (!p.error.empty())
       return fmt::format("cannot place the job on the cluster at {}: {}", peer, p.error);
     if (!p.waiting) {

@@ -142,8 +142,9 @@ std::optional<node_options> parse_node_options(int argc, char** argv) {
       "default)")(
       "state-dir", po::value(&state_dir),
       "DIR: where the agent keeps what outlives it: an administrator's drain (DIR/drained), "
-      "so that a restarted agent stays drained until undrained; empty (the default): "
-      "nothing is kept");
+      "so that a restarted agent stays drained until undrained, and the members of the table "
+      "it holds (DIR/members), which a restarted table waits for (up to 10 s) before its "
+      "answers are final; empty (the default): nothing is kept");
   auto parsed = parse_options_only(argc, argv, desc, "node");
   if (!parsed)
     return std::nullopt; // --help

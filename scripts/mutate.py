@@ -108,6 +108,25 @@ MUTANTS = [
       "return a.free != b.free ? a.free > b.free : a.name < b.name;",
       "return a.free != b.free ? a.free < b.free : a.name < b.name;",
       "unit:placement: packed or spread*"),
+    # -- what outlives an agent's or the table's restart --------------------------------
+    m("drain-not-kept", "restarts", "actors/cluster.cpp",
+      "  if (!n.state_dir.empty())\n    if (auto why = write_drain_mark(",
+      "  if (false)\n    if (auto why = write_drain_mark(",
+      "membership:MembershipTest.test_a_drain_outlives_its_agents_restart_and_an_undrain_"
+      "given_while_away_ends_it"),
+    m("undrain-while-away-ignored", "restarts", "actors/cluster.cpp",
+      "} else if (answer.undrained && n.draining->load()) {", "} else if (false) {",
+      "membership:MembershipTest.test_a_drain_outlives_its_agents_restart_and_an_undrain_"
+      "given_while_away_ends_it"),
+    m("restarted-table-final-at-once", "restarts", "runtime/cluster/membership.cpp",
+      "  if (missing.empty())\n    return {};", "  if (true)\n    return {};",
+      "unit:placement: a table whose agent restarted*",
+      "membership:MembershipTest.test_an_elastic_job_keeps_its_hosts_while_the_tables_agent_"
+      "restarts"),
+    m("waiting-job-fails-with-its-table", "restarts", "apps/cmd_job.cpp",
+      "if (said.empty() || std::chrono::steady_clock::now() >= deadline)", "if (true)",
+      "membership:MembershipTest.test_a_job_waiting_for_slots_outlives_a_restart_of_the_"
+      "tables_agent"),
     # -- rendezvous scopes --------------------------------------------------------------
     m("scope-cleared-at-first-finish", "rendezvous scopes", "runtime/horovod/kv_store.cpp",
       "if (static_cast<int>(done.size()) >= size->second) {", "if (!done.empty()) {",

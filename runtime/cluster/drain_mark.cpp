@@ -40,19 +40,15 @@ std::optional<std::string> read_drain_mark(const std::string& dir) {
   return text.empty() ? std::string{"(no reason kept)"} : text;
 }
 
-std::string write_drain_mark(const std::string& dir, bool on, const std::string& why) {
-  auto path = drain_mark_path(dir);
-  if (!on) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-      return fmt::format("cannot remove {}: {}", path, std::strerror(errno));
-    return {};
-  }
+namespace {
+
+// Replaces `path` with `text` (a temporary file, fsync, rename).
+std::string replace_file(const std::string& path, const std::string& text) {
   auto tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return fmt::format("cannot write {}: {}", tmp, std::strerror(errno));
-  auto line = why + "\n";
-  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size())
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size())
             && ::fsync(fd) == 0;
   int err = errno;
   ::close(fd);
@@ -63,6 +59,42 @@ std::string write_drain_mark(const std::string& dir, bool on, const std::string&
     return fmt::format("cannot write {}: {}", path, std::strerror(err));
   }
   return {};
+}
+
+} // namespace
+
+std::string write_drain_mark(const std::string& dir, bool on, const std::string& why) {
+  auto path = drain_mark_path(dir);
+  if (!on) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      return fmt::format("cannot remove {}: {}", path, std::strerror(errno));
+    return {};
+  }
+  return replace_file(path, why + "\n");
+}
+
+std::vector<std::string> read_table_members(const std::string& dir) {
+  std::vector<std::string> names;
+  FILE* f = std::fopen((dir + "/members").c_str(), "re");
+  if (!f)
+    return names;
+  char line[512];
+  while (std::fgets(line, sizeof(line), f) && names.size() < 100000) {
+    std::string name = line;
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r'))
+      name.pop_back();
+    if (!name.empty())
+      names.push_back(name);
+  }
+  std::fclose(f);
+  return names;
+}
+
+std::string write_table_members(const std::string& dir, const std::vector<std::string>& names) {
+  std::string text;
+  for (auto& n : names)
+    text += n + "\n";
+  return replace_file(dir + "/members", text);
 }
 
 } // namespace cafhvd

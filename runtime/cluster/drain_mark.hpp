@@ -1,11 +1,12 @@
-// An administrator's drain, kept by the node agent across its own restarts: a file in
-// the agent's state directory (`caf-hvd node --state-dir`, /var/lib/caf-hvd in the
+// What a node agent keeps across its own restarts, in its state directory. An
+// administrator's drain: a file in the agent's state directory (`caf-hvd node --state-dir`, /var/lib/caf-hvd in the
 // package) that exists while the node is drained and says by whom. A restarted agent
 // that finds it starts drained, whatever table it joins; an undrain removes it.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cafhvd {
 
@@ -20,5 +21,11 @@ std::optional<std::string> read_drain_mark(const std::string& dir);
 /// Writes (on) or removes (off) the mark; `why` is kept in it. Atomic: a crash leaves the
 /// old mark or the new one. Returns "" or why it failed.
 std::string write_drain_mark(const std::string& dir, bool on, const std::string& why);
+
+/// The names of the members the table held by this agent had (DIR/members, one per
+/// line), kept so that a restarted table knows whom to wait for. Empty when none are kept.
+std::vector<std::string> read_table_members(const std::string& dir);
+/// Replaces the list (atomically). Returns "" or why it failed.
+std::string write_table_members(const std::string& dir, const std::vector<std::string>& names);
 
 } // namespace cafhvd

@@ -519,6 +519,12 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
   auto label_text = r.labels.empty() ? std::string{}
                                      : fmt::format(" labelled {}", fmt::join(r.labels, ","));
   auto each = needs_text(r.cpus_per_slot, r.gpus_per_slot);
+  if (auto why = rejoining(now_ms); !why.empty() && (nodes.empty() || r.np > capacity)) {
+    p.waiting = true;
+    p.waiting_for = fmt::format("{} slot{}{}{}: {}", r.np, r.np == 1 ? "" : "s", each,
+                                label_text, why);
+    return p;
+  }
   if (nodes.empty()) {
     p.error = fmt::format("the cluster has no live node{} to place on", label_text);
     return p;
@@ -587,6 +593,39 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
   held_[r.job] = std::move(h);
   queue_.erase(q);
   return p;
+}
+
+void membership_table::rejoin_until(int64_t until_ms, int64_t started_ms,
+                                    std::vector<std::string> expected) {
+  rejoin_until_ms_ = until_ms;
+  started_ms_ = started_ms;
+  expected_ = std::move(expected);
+}
+
+std::string membership_table::rejoining(int64_t now_ms) const {
+  if (now_ms >= rejoin_until_ms_)
+    return {};
+  std::vector<std::string> missing;
+  for (auto& name : expected_)
+    if (auto it = rows_.find(name); it == rows_.end() || it->second.row.state != "alive")
+      missing.push_back(name);
+  if (missing.empty())
+    return {};
+  return fmt::format("the cluster's table restarted {:.1f} s ago and waits up to {:.0f} s for "
+                     "its members to join again: {} of {} have (not yet: {})",
+                     static_cast<double>(now_ms - started_ms_) / 1000.0,
+                     static_cast<double>(rejoin_until_ms_ - started_ms_) / 1000.0,
+                     expected_.size() - missing.size(), expected_.size(),
+                     fmt::join(missing, ", "));
+}
+
+std::vector<std::string> membership_table::member_names() const {
+  // (a lost member counts: the table's own agent stopping breaks every member's link)
+  std::vector<std::string> names;
+  for (auto& [name, e] : rows_)
+    if (e.row.state != "left")
+      names.push_back(name);
+  return names;
 }
 
 std::vector<placed_host> membership_table::available(const placement_request& r,

@@ -189,8 +189,20 @@ public:
   /// jobs waiting in line asked for: it keeps its own ranks but grows only into slots no
   /// waiting job needs), those with none left out.
   std::vector<placed_host> available(const placement_request& r, int64_t now_ms);
+  /// A table whose agent restarted: the members its last table had (`expected`) are
+  /// joining again. Until they all have, or `until_ms`, a job that does not fit yet waits
+  /// instead of being refused, and discovery is answered as not final, so elastic jobs
+  /// keep their host sets rather than take a half-filled table for the cluster.
+  void rejoin_until(int64_t until_ms, int64_t started_ms, std::vector<std::string> expected);
+  /// Why the table's answers are not final yet at `now_ms` ("" once they are).
+  std::string rejoining(int64_t now_ms) const;
+  /// The names of the members a restarted table waits for: alive, or lost (not those that
+  /// said they stop); for the holder's state directory.
+  std::vector<std::string> member_names() const;
 
 private:
+  int64_t rejoin_until_ms_ = 0, started_ms_ = 0;
+  std::vector<std::string> expected_;
   struct held {
     std::string owner;
     std::map<std::string, uint32_t> slots; // node -> slots not yet reported by its agent

@@ -697,6 +697,110 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(rank_lines(out)[0], ["ran"])
 
+    def test_a_job_waiting_for_slots_outlives_a_restart_of_the_tables_agent(self):
+        """Issue 50 item 2: a static job waits for slots another job holds; the agent that
+        holds the table restarts meanwhile (an upgrade's step). The waiting driver asks the
+        new table once it is back instead of failing; the new table, which starts empty,
+        neither refuses the job while the members join again nor gives it the slots the
+        first job still holds; the job starts when they are freed."""
+        names = [x["name"] for x in self.h.hosts]
+        state = tempfile.mkdtemp(prefix="caf-hvd-state-")
+        self.addCleanup(shutil.rmtree, state, True)
+        holder = self.agent(0, "--label", "zone=a", "--state-dir", state)
+        members = [self.agent(i, "--slots", "1", "--label", "zone=b") for i in (1, 2)]
+        self.wait_for("three nodes alive", self.all_alive(names))
+        marks = [f"/tmp/caf-hvd-membership-{os.getpid()}-{k}" for k in "ac"]
+        for m in marks:
+            self.addCleanup(lambda m=m: os.path.exists(m) and os.remove(m))
+        a = self.start_job(2, "--node-label", "zone=b", marker=marks[0], name="a")
+        a_slots = self.slots_of(a, 2)
+        c = self.start_job(2, "--node-label", "zone=b", "--slot-wait", "120", marker=marks[1],
+                           name="c", after=marks[0])
+        self.assertRegex(c.stderr.readline(), r"caf-hvd: waiting for 2 slots labelled zone=b: "
+                                              r"0 free of 2, 2 held by job \S+")
+        # node 2's agent is paused across the restart (for less than its links' timeouts),
+        # so the new table first knows only node 1: one slot labelled zone=b where c needs 2
+        os.kill(members[1].pid, signal.SIGSTOP)
+        try:
+            os.killpg(holder.pid, signal.SIGTERM)
+            self.assertEqual(holder.wait(timeout=60), 0)
+            self.agent(0, "--label", "zone=a", "--state-dir", state)
+            said = []
+            while not any("the cluster's table restarted" in x for x in said):
+                line = c.stderr.readline()
+                self.assertTrue(line, "".join(said))
+                said.append(line)
+        finally:
+            os.kill(members[1].pid, signal.SIGCONT)
+        while not any("waiting for 2 slots labelled zone=b: 0 free of 2, 2 held by job" in x
+                      for x in said[1:]):
+            line = c.stderr.readline()
+            self.assertTrue(line, "".join(said))
+            said.append(line)
+        # not refused for the slots the table did not know yet
+        self.assertRegex(said[-2], r"caf-hvd: waiting for 2 slots labelled zone=b: the "
+                                   r"cluster's table restarted \d+\.\d s ago and waits up to 10 "
+                                   rf"s for its members to join again: 1 of 2 have \(not yet: "
+                                   rf"{names[2]}\)")
+        # (its link's end is seen at the next ask; a request in flight would time out)
+        at = f"{re.escape(self.head)}:{PORT}"
+        self.assertRegex(said[0], rf"caf-hvd: the cluster(\'s table at {at} went away \(its link "
+                                  rf"broke\)| at {at} did not answer: .*); asking it again "
+                                  r"until --slot-wait ends")
+        self.assertIn(f"caf-hvd: the cluster at {self.head}:{PORT} answers again\n", said)
+        self.assertIsNone(c.poll())
+        open(marks[0], "w").close()
+        out, err = a.communicate(timeout=60)
+        self.assertEqual(a.returncode, 0, err)
+        self.assertEqual(self.slots_of(c, 2), a_slots)  # the only two slots labelled zone=b
+        open(marks[1], "w").close()
+        out, err = c.communicate(timeout=60)
+        self.assertEqual(c.returncode, 0, err)
+
+    def test_an_elastic_job_keeps_its_hosts_while_the_tables_agent_restarts(self):
+        """Issue 50 item 1: an elastic job on two members; the agent that holds the table
+        restarts while one member's agent is paused, so the new table first knows one
+        member only. The job keeps both hosts (the table says its answer is not final
+        while members join again) instead of shrinking to the one it hears of first."""
+        names = [x["name"] for x in self.h.hosts]
+        state = tempfile.mkdtemp(prefix="caf-hvd-state-")
+        self.addCleanup(shutil.rmtree, state, True)
+        holder = self.agent(0, "--label", "zone=a", "--state-dir", state)
+        members = [self.agent(i, "--slots", "1", "--label", "zone=b", link_timeout="10")
+                   for i in (1, 2)]
+        self.wait_for("three nodes alive", self.all_alive(names))
+        steps = 1500
+        p, until, seen = self.elastic_allreduce(steps, "--min-np", "1", "--node-label",
+                                                "zone=b")
+        errs = []
+        reader = threading.Thread(target=lambda: errs.extend(iter(p.stderr.readline, "")),
+                                  daemon=True)
+        reader.start()
+        until(r"step \d+ size 2 ")
+        os.kill(members[1].pid, signal.SIGSTOP)
+        try:
+            os.killpg(holder.pid, signal.SIGTERM)
+            self.assertEqual(holder.wait(timeout=60), 0)
+            self.agent(0, "--label", "zone=a", "--state-dir", state)
+            # the job asks the new table while it knows node 1 only
+            self.wait_for("the job's discovery during the table's rejoin window",
+                          lambda: any("could not list its nodes yet" in x for x in errs))
+        finally:
+            os.kill(members[1].pid, signal.SIGCONT)
+        until(r"elastic run done", timeout=120)
+        text = "".join(seen) + p.stdout.read()
+        p.wait(timeout=60)
+        reader.join(timeout=10)
+        err = "".join(errs)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn(f"elastic run done: {steps} steps, checksum {steps * (steps + 1) // 2}",
+                      text)
+        self.assertNotRegex(text, r"step \d+ size 1 ", "the job shrank to the first member "
+                                                       "the new table knew")
+        self.assertRegex(err, r"could not list its nodes yet: the cluster's table restarted "
+                              r"\d+\.\d s ago and waits up to 10 s for its members to join "
+                              rf"again: 1 of 2 have \(not yet: {names[2]}\)")
+
     def test_a_drain_outlives_its_agents_restart_and_an_undrain_given_while_away_ends_it(self):
         """Issue 50 item 3: with --state-dir, an administrator's drain is the node's own. The
         table's agent, drained and restarted (the table starts empty), comes back drained
@@ -764,6 +868,54 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         rc, out, err = job_on(2)
         self.assertEqual(rc, 0, err)
         self.assertEqual(rank_lines(out)[0], ["ran"])
+
+    def test_a_rolling_upgrade_of_every_node_ends_with_the_elastic_job_at_full_size(self):
+        """Issue 50 item 3: under an elastic job with a rank on each of three nodes, each
+        node in turn (the table's own last) is drained, its agent restarted (an upgrade's
+        step) and undrained: the job leaves it, does not take it back while it is drained
+        after its restart, grows back onto it after the undrain, and ends at full size with
+        every step's data right (the program checks its state at each resume)."""
+        names = [x["name"] for x in self.h.hosts]
+        admin = issue("admin", "root-admin")
+        state = []
+        for i in range(3):
+            state.append(tempfile.mkdtemp(prefix=f"caf-hvd-state-{i}-"))
+            self.addCleanup(shutil.rmtree, state[i], True)
+        agents = [self.agent(i, "--slots", "1", "--state-dir", state[i]) for i in range(3)]
+        self.wait_for("three nodes alive", self.all_alive(names))
+        steps = 2500  # 50 s: the three rounds take a few seconds each
+        p, until, seen = self.elastic_allreduce(steps, "--min-np", "1")
+        until(r"step \d+ size 3 ")
+
+        def admin_cmd(verb, i):
+            rc, out, err = self.h.run(0, [CAF_HVD, verb, names[i], "--cluster",
+                                          f"{self.head}:{PORT}", "--cluster-dir", admin])
+            self.assertEqual(rc, 0, err)
+
+        for i in (1, 2, 0):
+            admin_cmd("drain", i)
+            until(r"step \d+ size 2 ")
+            os.killpg(agents[i].pid, signal.SIGTERM)
+            self.assertEqual(agents[i].wait(timeout=60), 0)
+            agents[i] = self.agent(i, "--slots", "1", "--state-dir", state[i])
+            self.wait_for(f"node {i} back and drained", lambda i=i: (
+                "drained, as before this start" in self.drains[i].text()
+                and self.table().get(names[i], {}).get("state") == "drained"), seconds=30)
+            # drained after its restart: the job stays at 2 for steps it makes meanwhile
+            mark = len(seen)
+            until(r"step \d+ size 2 ")
+            until(r"step \d+ size 2 ")
+            self.assertFalse([line for line in seen[mark:] if re.search(r"size 3 ", line)])
+            admin_cmd("undrain", i)
+            until(r"step \d+ size 3 ")
+        out, err = p.communicate(timeout=180)
+        text = "".join(seen) + out
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn(f"elastic run done: {steps} steps, checksum {steps * (steps + 1) // 2}",
+                      text)
+        for n in names:
+            self.assertRegex(err, rf"\(removed {n}\)")
+        self.assertNotIn("blacklisted", err)
 
     def test_the_operators_page_from_enrolment_to_revocation_and_cancel(self):
         """docs/operating.md followed on network-namespace hosts, as far as a test can (the

@@ -420,3 +420,49 @@ TEST_CASE("drain mark: kept in the state directory, read back, removed by an und
   CHECK(write_drain_mark(dir + "/nope", true, "x").find("cannot write") == 0);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("placement: a table whose agent restarted makes a job that does not fit yet wait "
+          "until the members it had joined again or the grace ends, then refuses it") {
+  membership_table t;
+  t.rejoin_until(10'000, 0, {"ha", "hb"});
+  CHECK(t.join(1, node("ha", 2), cert("ha"), 100) == "");
+  auto early = t.place(job("j1", 3), 1'500);
+  CHECK(early.error == "");
+  CHECK(early.waiting);
+  CHECK(early.waiting_for == "3 slots: the cluster's table restarted 1.5 s ago and waits up to "
+                             "10 s for its members to join again: 1 of 2 have (not yet: hb)");
+  CHECK(t.rejoining(9'999) != "");
+  CHECK(t.rejoining(10'000) == "");
+  // a job that fits what has joined is placed at once
+  CHECK(where(t.place(job("j2", 2), 2'000)) == "ha:2");
+  t.release("j2");
+  // hb joins again: the window ends there, and j1 is placed
+  CHECK(t.join(2, node("hb", 2), cert("hb"), 3'000) == "");
+  CHECK(t.rejoining(3'000) == "");
+  CHECK(where(t.place(job("j1", 3), 3'100)) == "ha:2,hb:1");
+  t.release("j1");
+  CHECK(where(t.place(job("j3", 5), 3'200))
+        == "error: the cluster's live nodes have 4 slots in all; -np 5 cannot fit");
+  // a member that never comes back: the grace ends the window
+  membership_table u;
+  u.rejoin_until(10'000, 0, {"hz"});
+  CHECK(u.place(job("j4", 1, false, {"zone=b"}), 500).waiting);
+  CHECK(where(u.place(job("j4", 1, false, {"zone=b"}), 10'500))
+        == "error: the cluster has no live node labelled zone=b to place on");
+  // a table with no members to wait for (a new cluster) answers at once
+  membership_table v;
+  CHECK(v.rejoining(0) == "");
+  CHECK(where(v.place(job("j5", 1), 0)) == "error: the cluster has no live node to place on");
+}
+
+TEST_CASE("table members: kept in the state directory for a table that restarts") {
+  char tmpl[] = "/tmp/caf-hvd-members-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  std::string dir = tmpl;
+  CHECK(read_table_members(dir).empty());
+  CHECK(write_table_members(dir, {"ha", "hb"}) == "");
+  CHECK(read_table_members(dir) == std::vector<std::string>{"ha", "hb"});
+  CHECK(write_table_members(dir, {}) == "");
+  CHECK(read_table_members(dir).empty());
+  std::filesystem::remove_all(dir);
+}
