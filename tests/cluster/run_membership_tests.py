@@ -124,6 +124,21 @@ class OnNetnsHosts:
         until, seen = line_reader(p)
         return p, until, seen
 
+    def state_dirs(self, count):
+        """`count` fresh --state-dir directories, removed after the test."""
+        dirs = []
+        for i in range(count):
+            dirs.append(tempfile.mkdtemp(prefix=f"caf-hvd-state-{i}-"))
+            self.addCleanup(shutil.rmtree, dirs[i], True)
+        return dirs
+
+    def as_admin(self, verb, i):
+        """`caf-hvd drain|undrain` of host i's node, with an administrator's certificate."""
+        rc, out, err = self.h.run(0, [CAF_HVD, verb, self.h.hosts[i]["name"], "--cluster",
+                                      f"{self.head}:{PORT}", "--cluster-dir",
+                                      issue("admin", "root-admin")])
+        self.assertEqual(rc, 0, err)
+
     def all_alive(self, names):
         def check():
             t = self.table()
@@ -704,8 +719,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         neither refuses the job while the members join again nor gives it the slots the
         first job still holds; the job starts when they are freed."""
         names = [x["name"] for x in self.h.hosts]
-        state = tempfile.mkdtemp(prefix="caf-hvd-state-")
-        self.addCleanup(shutil.rmtree, state, True)
+        state = self.state_dirs(1)[0]
         holder = self.agent(0, "--label", "zone=a", "--state-dir", state)
         members = [self.agent(i, "--slots", "1", "--label", "zone=b") for i in (1, 2)]
         self.wait_for("three nodes alive", self.all_alive(names))
@@ -763,8 +777,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         member only. The job keeps both hosts (the table says its answer is not final
         while members join again) instead of shrinking to the one it hears of first."""
         names = [x["name"] for x in self.h.hosts]
-        state = tempfile.mkdtemp(prefix="caf-hvd-state-")
-        self.addCleanup(shutil.rmtree, state, True)
+        state = self.state_dirs(1)[0]
         holder = self.agent(0, "--label", "zone=a", "--state-dir", state)
         members = [self.agent(i, "--slots", "1", "--label", "zone=b", link_timeout="10")
                    for i in (1, 2)]
@@ -808,18 +821,9 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         agent was down, comes back drained from its own mark and is undrained by the
         table's word at its join."""
         names = [x["name"] for x in self.h.hosts]
-        admin = issue("admin", "root-admin")
-        state = []
-        for i in range(3):
-            state.append(tempfile.mkdtemp(prefix=f"caf-hvd-state-{i}-"))
-            self.addCleanup(shutil.rmtree, state[i], True)
+        state = self.state_dirs(3)
         agents = [self.agent(i, "--state-dir", state[i]) for i in range(3)]
         self.wait_for("three nodes alive", self.all_alive(names))
-
-        def admin_cmd(verb, i):
-            rc, out, err = self.h.run(0, [CAF_HVD, verb, names[i], "--cluster",
-                                          f"{self.head}:{PORT}", "--cluster-dir", admin])
-            self.assertEqual(rc, 0, err)
 
         def job_on(i):
             return self.h.run(0, [CAF_HVD, "driver", "--cluster-dir", self.driver_dir, "-np",
@@ -832,7 +836,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
             agents[i] = self.agent(i, "--state-dir", state[i])
 
         # the table's own node: drained, restarted, still drained in the new table
-        admin_cmd("drain", 0)
+        self.as_admin("drain", 0)
         self.wait_for("the drain kept in node 0's state directory",
                       lambda: os.path.exists(os.path.join(state[0], "drained")))
         restart(0)
@@ -847,18 +851,18 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         rc, out, err = job_on(0)
         self.assertNotEqual(rc, 0, out)
         self.assertIn(f"node agent '{names[0]}' is drained: it takes no new jobs", err)
-        admin_cmd("undrain", 0)
+        self.as_admin("undrain", 0)
         self.assertFalse(os.path.exists(os.path.join(state[0], "drained")))
         rc, out, err = job_on(0)
         self.assertEqual(rc, 0, err)
         # a member: drained, its agent killed, undrained while it is away
-        admin_cmd("drain", 2)
+        self.as_admin("drain", 2)
         self.wait_for("node 2 drained", lambda: "drained by the cluster's administrator"
                       in self.drains[2].text())
         os.killpg(agents[2].pid, signal.SIGKILL)
         agents[2].wait(timeout=30)
         self.wait_for(f"{names[2]} lost", lambda: self.table()[names[2]]["state"] == "lost")
-        admin_cmd("undrain", 2)
+        self.as_admin("undrain", 2)
         agents[2] = self.agent(2, "--state-dir", state[2])
         self.wait_for("agent 2 undrained at its join", lambda: (
             "undrained by the cluster's administrator while it was away"
@@ -876,24 +880,15 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         after its restart, grows back onto it after the undrain, and ends at full size with
         every step's data right (the program checks its state at each resume)."""
         names = [x["name"] for x in self.h.hosts]
-        admin = issue("admin", "root-admin")
-        state = []
-        for i in range(3):
-            state.append(tempfile.mkdtemp(prefix=f"caf-hvd-state-{i}-"))
-            self.addCleanup(shutil.rmtree, state[i], True)
+        state = self.state_dirs(3)
         agents = [self.agent(i, "--slots", "1", "--state-dir", state[i]) for i in range(3)]
         self.wait_for("three nodes alive", self.all_alive(names))
         steps = 2500  # 50 s: the three rounds take a few seconds each
         p, until, seen = self.elastic_allreduce(steps, "--min-np", "1")
         until(r"step \d+ size 3 ")
 
-        def admin_cmd(verb, i):
-            rc, out, err = self.h.run(0, [CAF_HVD, verb, names[i], "--cluster",
-                                          f"{self.head}:{PORT}", "--cluster-dir", admin])
-            self.assertEqual(rc, 0, err)
-
         for i in (1, 2, 0):
-            admin_cmd("drain", i)
+            self.as_admin("drain", i)
             until(r"step \d+ size 2 ")
             os.killpg(agents[i].pid, signal.SIGTERM)
             self.assertEqual(agents[i].wait(timeout=60), 0)
@@ -906,7 +901,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
             until(r"step \d+ size 2 ")
             until(r"step \d+ size 2 ")
             self.assertFalse([line for line in seen[mark:] if re.search(r"size 3 ", line)])
-            admin_cmd("undrain", i)
+            self.as_admin("undrain", i)
             until(r"step \d+ size 3 ")
         out, err = p.communicate(timeout=180)
         text = "".join(seen) + out
