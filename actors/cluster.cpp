@@ -1,6 +1,6 @@
 // The table actor and the joiner (actors/cluster.hpp).
 #include "actors/cluster.hpp"
-#include "runtime/cluster/drain_mark.hpp"
+#include "runtime/cluster/agent_state.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -78,9 +78,9 @@ void say(const node_settings& n, const std::string& line) {
 }
 
 // This node drains (or is back): it takes no new jobs, and every job with ranks here is
-// told (elastic jobs leave it; a static job's ranks run on).
-// An administrator's drain is also kept in the agent's state directory, so that the
-// agent comes back drained after a restart (a rolling upgrade's step) until an undrain.
+// told (elastic jobs leave it; a static job's ranks run on). The drain is also kept in
+// the agent's state directory, so that the agent comes back drained after a restart (a
+// rolling upgrade's step) until an undrain.
 void set_draining(const node_settings& n, bool on, const std::string& admin,
                   const std::string& how = {}) {
   auto what = how.empty() ? fmt::format("{} by the cluster's administrator '{}'",
@@ -145,8 +145,6 @@ std::string hosts_text(const std::vector<placed_host>& hosts) {
 
 using table_ptr = cluster_actor::stateful_pointer<table_state>;
 
-// Nudges every watching job whose hosts differ from what it got last (it asks again with
-// its ticket; a nudge carries nothing else).
 // How long a table that starts waits for the members of a table it replaces (its agent
 // restarted) before its answers are final: a few of their retry periods (0.25 s doubling
 // to 4 s).
@@ -168,6 +166,8 @@ void keep_members(table_ptr self) {
   st.members_kept = std::move(names);
 }
 
+// Nudges every watching job whose hosts differ from what it got last (it asks again with
+// its ticket; a nudge carries nothing else).
 void nudge_watchers(table_ptr self) {
   auto& st = self->state;
   if (st.watchers.empty())

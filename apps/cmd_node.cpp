@@ -26,7 +26,7 @@
 #include "apps/cli.hpp"
 #include "runtime/observe/text.hpp"
 #include "runtime/cluster/credentials.hpp"
-#include "runtime/cluster/drain_mark.hpp"
+#include "runtime/cluster/agent_state.hpp"
 #include "runtime/network/net.hpp"
 #include "runtime/cluster/gpu.hpp"
 #include "runtime/job/host_spec.hpp"

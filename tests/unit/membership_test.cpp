@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <stdlib.h>
 
-#include "runtime/cluster/drain_mark.hpp"
+#include "runtime/cluster/agent_state.hpp"
 #include "runtime/cluster/membership.hpp"
 
 using namespace cafhvd;

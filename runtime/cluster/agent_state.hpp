@@ -1,7 +1,10 @@
-// What a node agent keeps across its own restarts, in its state directory. An
-// administrator's drain: a file in the agent's state directory (`caf-hvd node --state-dir`, /var/lib/caf-hvd in the
-// package) that exists while the node is drained and says by whom. A restarted agent
-// that finds it starts drained, whatever table it joins; an undrain removes it.
+// What a node agent keeps across its own restarts, in its state directory (`caf-hvd node
+// --state-dir`, /var/lib/caf-hvd in the package):
+// - DIR/drained, an administrator's drain: it exists while the node is drained and says
+//   by whom; a restarted agent that finds it starts drained, whatever table it joins; an
+//   undrain removes it;
+// - DIR/members, on the agent that holds the table: its members' names, which a
+//   restarted table waits for before its answers are final.
 #pragma once
 
 #include <optional>

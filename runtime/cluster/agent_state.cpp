@@ -1,4 +1,4 @@
-#include "runtime/cluster/drain_mark.hpp"
+#include "runtime/cluster/agent_state.hpp"
 
 #include <cerrno>
 #include <cstdio>
