@@ -33,6 +33,7 @@ import argparse
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -294,6 +295,7 @@ class Soak:
     def close(self):
         self.settle()
         self.hosts.close()
+        shutil.rmtree(self.work, ignore_errors=True)
 
 
 def main():

@@ -571,6 +571,7 @@ class ElasticExecutorTest(AgentCase):
     def setUp(self):
         super().setUp()
         self.dir = tempfile.mkdtemp(prefix="caf-hvd-executor-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.hosts_file = os.path.join(self.dir, "hosts")
         self.script = os.path.join(self.dir, "discover.sh")
         with open(self.script, "w") as f:

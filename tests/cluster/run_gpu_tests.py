@@ -6,6 +6,7 @@ fails or loses its driver, refusals before start, elastic slot counts. Run by
 
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -169,6 +170,7 @@ class GpuTest(unittest.TestCase):
     def test_elastic_slots_bounded_by_free_devices(self):
         self.nodes(("e1", "0,1"), ("e2", "0,1,2"))
         d = tempfile.mkdtemp(prefix="caf-hvd-gpu-")
+        self.addCleanup(shutil.rmtree, d, True)
         script = os.path.join(d, "discover.sh")
         with open(script, "w") as f:
             f.write(f"#!/bin/sh\necho 127.0.0.1:{self.c.nodes['e1'][1]}:4\n"
