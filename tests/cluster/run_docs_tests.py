@@ -332,13 +332,13 @@ class DocsTest(unittest.TestCase):
         kind = claim.split(":")[0].split()[0]
         if kind == "driver":
             r = subprocess.run([CAF_HVD, "driver", *flag, "--", "true"], env=env,
-                               capture_output=True, text=True, timeout=60)
+                               capture_output=True, text=True, timeout=60, cwd=self.dir)
             self.assertNotIn("unrecognised option", r.stderr)
             self.assertNotIn("unrecognized option", r.stderr)
             return
         np = [] if flag[0] in ("-np", "--num-proc") else ["-np", "1"]
         r = subprocess.run([CAF_HVD, "run", *np, *flag, "--", "env"], env=env,
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60, cwd=self.dir)
         if kind == "refused":
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("not supported", r.stderr)
