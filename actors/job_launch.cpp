@@ -66,7 +66,11 @@ void job::start_slots(const std::string& hostname,
             fail_running(
                 ids, fmt::format("the coordinator did not answer for its worker: {}", describe(e)));
           });
-  request(h->colocator, job_.start_timeout, workers_atom::value, ids)
+  // A node may hold the request while this job's replaced ranks there end (their
+  // SIGTERM, a grace period, SIGKILL): it answers within twice the grace and 3 s.
+  auto wait = std::max<std::chrono::milliseconds>(job_.start_timeout,
+                                                  2 * job_.kill_grace + std::chrono::seconds(5));
+  request(h->colocator, wait, workers_atom::value, ids)
       .then(
           [both, ready](std::vector<worker_actor>& workers) {
             both->workers = std::move(workers);
@@ -74,9 +78,9 @@ void job::start_slots(const std::string& hostname,
           },
           [this, ids, ep](caf::error& e) {
             auto why = describe(e);
-            // A node full of other jobs' ranks is not a broken node: an elastic job that
-            // has nothing running there yet leaves it for now and asks again while it is
-            // listed, instead of blacklisting it.
+            // A full node is not a broken node: an elastic job that has nothing running
+            // there (ranks it retired are ending) leaves it for now and asks again while
+            // it is listed, instead of blacklisting it.
             if (elastic_ && why.find(node_full_words) != std::string::npos
                 && !runs_on(ep, ids)) {
               for (auto id : ids)
@@ -91,10 +95,11 @@ void job::start_slots(const std::string& hostname,
           });
 }
 
-// True when a slot of this job other than `except` runs on host `ep`.
+// True when a slot of this job other than `except` runs on host `ep` and stays (a
+// retired one is ending).
 bool job::runs_on(const std::string& ep, const std::vector<uint32_t>& except) const {
   for (auto& [id, s] : slots_)
-    if (s.endpoint == ep && s.running
+    if (s.endpoint == ep && s.running && !s.retired
         && std::find(except.begin(), except.end(), id) == except.end())
       return true;
   return false;

@@ -105,11 +105,65 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
   auto from_itself = [=](const char* what) {
     return admitted(self, sent_by_itself(self), "a colocator", what);
   };
+  // Each worker holds one of the node's slots (for every job together) until it is
+  // gone: a job that does not fit is refused here, whatever placed it.
+  auto take_slots = [=](const std::vector<uint32_t>& slots, std::string& why) {
+    auto& st = self->state;
+    auto taken = st.book->take(st.book_id, static_cast<uint32_t>(slots.size()), why);
+    if (taken.size() != slots.size())
+      return false;
+    for (size_t i = 0; i < slots.size(); ++i)
+      st.node_slot[slots[i]] = taken[i];
+    return true;
+  };
+  auto cannot_start = [=](size_t n, const std::string& why) {
+    return fmt::format("node agent '{}' cannot start {} rank{} of this job: {}",
+                       settings_of(self->system()).name, n, n == 1 ? "" : "s", why);
+  };
+  auto spawn_workers = [=](const std::vector<uint32_t>& slots) {
+    auto& st = self->state;
+    std::vector<worker_actor> out;
+    auto me = caf::actor_cast<colocator_actor>(self);
+    for (auto id : slots) {
+      // Spawned here only: workers are not offered for remote spawn.
+      auto w = spawn_worker(self->system(), me, st.driver, st.coordinator, id, st.account);
+      out.push_back(w);
+      if (w) {
+        st.by_slot[id] = w;
+        // Counted from now, not from its enlist message (which the worker sends when
+        // it first runs, possibly after a stop): a stop must reach every worker.
+        enlist(self, w);
+      } else if (st.coordinator) {
+        // No worker will report this slot: the colocator accounts for it, so the
+        // job hears of the failed spawn (an empty handle) at once, not at the
+        // registration's deadline.
+        self->send(st.coordinator, report_atom::value, id, settings_of(self->system()).name);
+      }
+    }
+    return out;
+  };
+  // A replaced rank's old worker gets SIGTERM, and SIGKILL a grace period later: its
+  // slot is waited for that long and a little more. (The job's request waits longer.)
+  auto handover_wait = std::chrono::milliseconds(2 * std::max(grace_ms, 0) + 3000);
+  // Workers requests waiting for a handover, in order, once one of this job's slots is back.
+  auto hand_over = [=] {
+    auto& st = self->state;
+    for (auto it = st.handovers.begin(); it != st.handovers.end();) {
+      std::string why;
+      if (!take_slots(it->second.slots, why))
+        return; // in order: a later request does not overtake an earlier one
+      it->second.rp.deliver(spawn_workers(it->second.slots));
+      it = st.handovers.erase(it);
+    }
+  };
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     if (dm.source == st.driver) {
       // The driver is gone: stop this node's ranks as the driver would have.
       st.driver_gone = true;
+      for (auto& [id, h] : st.handovers) // nobody will launch what they would spawn
+        h.rp.deliver(caf::make_error(caf::sec::runtime_error, "the job's driver is gone"));
+      st.handovers.clear();
       std::fprintf(stderr, "caf-hvd node '%s': job %s: driver lost; stopping its %zu ranks\n",
                    settings_of(self->system()).name.c_str(), job.c_str(), st.workers.size());
       if (st.workers.empty()) {
@@ -141,6 +195,7 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           st.node_slot.erase(n);
         }
         st.by_slot.erase(s);
+        hand_over();
         break;
       }
     if ((st.driver_gone || st.stopping) && st.workers.empty())
@@ -238,41 +293,46 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         if (!from_driver("a workers request"))
           return refused_error("workers");
         auto& st = self->state;
-        std::vector<worker_actor> out;
         if (!st.refused.empty())
-          return out;
-        // Each worker holds one of the node's slots (for every job together) until it is
-        // gone: a job that does not fit is refused here, whatever placed it.
+          return std::vector<worker_actor>{};
         if (st.book) {
           std::string why;
-          auto taken = st.book->take(st.book_id, static_cast<uint32_t>(slots.size()), why);
-          if (taken.size() != slots.size())
-            return caf::make_error(caf::sec::runtime_error,
-                                   fmt::format("node agent '{}' cannot start {} rank{} of this "
-                                               "job: {}",
-                                               settings_of(self->system()).name, slots.size(),
-                                               slots.size() == 1 ? "" : "s", why));
-          for (size_t i = 0; i < slots.size(); ++i)
-            st.node_slot[slots[i]] = taken[i];
-        }
-        auto me = caf::actor_cast<colocator_actor>(self);
-        for (auto id : slots) {
-          // Spawned here only: workers are not offered for remote spawn.
-          auto w = spawn_worker(self->system(), me, st.driver, st.coordinator, id, st.account);
-          out.push_back(w);
-          if (w) {
-            st.by_slot[id] = w;
-            // Counted from now, not from its enlist message (which the worker sends when
-            // it first runs, possibly after a stop): a stop must reach every worker.
-            enlist(self, w);
-          } else if (st.coordinator) {
-            // No worker will report this slot: the colocator accounts for it, so the
-            // job hears of the failed spawn (an empty handle) at once, not at the
-            // registration's deadline.
-            self->send(st.coordinator, report_atom::value, id, settings_of(self->system()).name);
+          if (!take_slots(slots, why)) {
+            // The job replaces its own ranks here (a plan replaced before its release, a
+            // rank retired and asked for again): their workers give their slots back
+            // once gone. That is waited for, up to a deadline, rather than refused.
+            if (!st.book->fits_once_own_end(st.book_id, static_cast<uint32_t>(slots.size())))
+              return caf::make_error(caf::sec::runtime_error, cannot_start(slots.size(), why));
+            auto id = st.next_handover++;
+            auto rp = self->make_response_promise<std::vector<worker_actor>>();
+            st.handovers.emplace(
+                id, colocator_state::handover{std::move(slots), rp, std::chrono::steady_clock::now()});
+            self->delayed_send(self, handover_wait, deadline_atom::value, id);
+            return rp;
           }
         }
-        return out;
+        return spawn_workers(slots);
+      },
+      [=](deadline_atom, uint64_t id) {
+        if (!from_itself("a slot handover's deadline"))
+          return;
+        auto& st = self->state;
+        auto it = st.handovers.find(id);
+        if (it == st.handovers.end())
+          return;
+        auto h = std::move(it->second);
+        st.handovers.erase(it);
+        std::string why;
+        if (take_slots(h.slots, why)) {
+          h.rp.deliver(spawn_workers(h.slots));
+          return;
+        }
+        auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since);
+        h.rp.deliver(caf::make_error(
+            caf::sec::runtime_error,
+            fmt::format("{} (waited {:.1f} s for this job's own ranks on the node to end and "
+                        "give their slots back)",
+                        cannot_start(h.slots.size(), why), waited.count())));
       },
       [=](launch_atom, launch_batch& batch) -> caf::result<std::vector<int32_t>> {
         if (!from_driver("a launch batch"))

@@ -51,6 +51,15 @@ struct colocator_state {
   std::shared_ptr<node_book> book;
   uint64_t book_id = 0;
   std::map<uint32_t, uint32_t> node_slot; // slot id -> the node-wide index its worker holds
+  // Workers requests that wait for this job's own ending workers to give their node slots
+  // back (a rank replaced on this node), by id; each has a deadline.
+  struct handover {
+    std::vector<uint32_t> slots;
+    caf::typed_response_promise<std::vector<worker_actor>> rp;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<uint64_t, handover> handovers;
+  uint64_t next_handover = 1;
   // The account this job's ranks run as here (nullptr: the agent's own)
   std::shared_ptr<const rank_identity> account;
   static inline const char* name = "colocator";

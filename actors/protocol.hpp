@@ -467,6 +467,7 @@ using colocator_actor = caf::typed_actor<
     caf::reacts_to<stop_atom, std::string>,  // the agent shuts down (why): as terminate
     // the node drains (true) or is back (false), how: told to the job's driver
     caf::reacts_to<drain_atom, bool, std::string>,
+    caf::reacts_to<deadline_atom, uint64_t>, // a slot handover's deadline (its own timer)
     caf::reacts_to<kill_atom>>; // the grace period is over
 
 // -- the cluster's membership -----------------------------------------------------------

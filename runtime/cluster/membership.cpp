@@ -151,6 +151,16 @@ void node_book::give_back(uint64_t colocator, uint32_t index) {
   changed();
 }
 
+bool node_book::fits_once_own_end(uint64_t colocator, uint32_t n) const {
+  std::lock_guard g{m_};
+  if (capacity_ == 0)
+    return false;
+  size_t own = 0;
+  for (auto& [index, owner] : held_)
+    own += owner == colocator;
+  return own > 0 && held_.size() - own + n <= capacity_;
+}
+
 void node_book::set_gpus(uint64_t colocator, std::vector<int32_t> devices) {
   {
     std::lock_guard g{m_};

@@ -238,10 +238,11 @@ class Scenarios:
         return events, sizes
 
     def train_until_commit(self, steps, hosts, *flags, agents=("ha", "hb", "hc"), commit=10,
-                           env=None):
-        """Agents for `agents`, a job on `hosts` (one slot each) until step `commit`."""
+                           env=None, slots=None):
+        """Agents for `agents` (with `--slots slots` when given), a job on `hosts` (one slot
+        each) until step `commit`."""
         for n in agents:
-            self.c.node(n)
+            self.c.node(n, slots=slots)
         self.set_hosts(*((h, 1) for h in hosts))
         self.start(steps, *flags, env=env)
         self.read_until(self.committed(commit), 90, f"step {commit}'s commit")
@@ -512,9 +513,12 @@ class HorovodElastic(Scenarios, unittest.TestCase):
         then hd appears: generation 3 replaces generation 2 before its release. hc's
         newcomer, started with generation 2's ranks and sizes, is stopped (its held
         request is dropped, never stored) and starts again for generation 3; the job grows
-        to 4 without blaming anyone or losing a step."""
+        to 4 without blaming anyone or losing a step. Each agent has `--slots 1`: hc's new
+        worker is asked for while the stopped one still holds the node's only slot, and
+        the agent hands the slot over once it is free (it refused, and the job blacklisted
+        hc, before)."""
         steps = 90
-        self.train_until_commit(steps, ("ha", "hb"), commit=30,
+        self.train_until_commit(steps, ("ha", "hb"), commit=30, slots=1,
                                 agents=("ha", "hb", "hc", "hd"),
                                 env={"TRAIN_COMMIT": "30", "HOROVOD_GLOO_TIMEOUT_SECONDS": "5"})
         self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))

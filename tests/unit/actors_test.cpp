@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdlib.h>
 #include <thread>
+#include <variant>
 
 #include "actors/cluster.hpp"
 #include "actors/config.hpp"
@@ -158,6 +159,96 @@ TEST_CASE_FIXTURE(fixture, "a lost driver's workers that were never launched end
   REQUIRE(jobs.size() == 1);
   CHECK(jobs[0].job == "other");
   CHECK(cfg.node->jobs->take(99, 2, why).size() == 2); // another job gets both slots
+}
+
+TEST_CASE_FIXTURE(fixture, "a job's new worker waits for the node slot of its own ending "
+                           "worker (a replaced rank), in order and up to a deadline; a slot "
+                           "held by another job is refused at once") {
+  cfg.node->jobs->set_capacity(2);
+  // the driver keeps each answer: workers, or the refusal's words
+  auto answers = std::make_shared<std::vector<std::variant<std::vector<worker_actor>, std::string>>>();
+  // (the driver asks, as a job does: a request, whose answer may come much later)
+  auto driver_actor_ = sys.spawn([answers](caf::event_based_actor* self) -> caf::behavior {
+    self->set_default_handler(caf::drop);
+    return {[=](colocator_actor c, std::vector<uint32_t>& slots) {
+              self->request(c, caf::infinite, workers_atom::value, std::move(slots))
+                  .then([=](std::vector<worker_actor>& ws) { answers->emplace_back(std::move(ws)); },
+                        [=](caf::error& e) { answers->emplace_back(to_string(e)); });
+            },
+            [=](colocator_actor c, launch_batch& b) {
+              self->request(c, caf::infinite, launch_atom::value, std::move(b))
+                  .then([](std::vector<int32_t>&) {}, [](caf::error&) {});
+            }};
+  });
+  auto driver = caf::actor_cast<driver_actor>(driver_actor_);
+  auto colocator = sys.spawn(colocator_fn, driver, coordinator_actor{}, std::string{"job"},
+                             int32_t{1000}, signed_ticket{});
+  std::shared_ptr<void> end_it(nullptr, [&](void*) {
+    caf::anon_send_exit(colocator, caf::exit_reason::kill);
+    caf::anon_send_exit(driver_actor_, caf::exit_reason::kill);
+    sched.run();
+  });
+  sched.run();
+  auto ask = [&](std::vector<uint32_t> slots) {
+    caf::anon_send(driver_actor_, colocator, std::move(slots));
+    sched.run();
+  };
+  // A worker ends as a real one does: its process (here /bin/true) exits. The exit comes
+  // from the process's thread, so the scheduler runs until `n` answers are in (10 s).
+  cfg.node->shim = CAF_HVD_EXEC;
+  auto end_worker = [&](uint32_t slot, size_t n) {
+    launch_batch b;
+    b.argv = {"/bin/true"};
+    b.cwd = "/";
+    b.common_env = {"PATH=/usr/bin:/bin"};
+    b.slots = {slot};
+    b.envs = {{}};
+    caf::anon_send(driver_actor_, colocator, std::move(b));
+    for (int i = 0; i < 1000 && answers->size() < n; ++i) {
+      sched.run();
+      if (answers->size() < n)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  ask({1, 2}); // the node's two slots
+  REQUIRE(answers->size() == 1);
+  auto first = std::get<std::vector<worker_actor>>(answers->at(0));
+  REQUIRE(first.size() == 2);
+  // rank 1 is replaced: its new worker (slot 3) is asked for before the old one is gone,
+  // and then slot 4's (rank 2 replaced too)
+  ask({3});
+  ask({4});
+  CHECK(answers->size() == 1); // both wait: nothing is refused
+  end_worker(1, 2); // the old rank 1 ends
+  REQUIRE(answers->size() == 2); // slot 3 first: the order they were asked in
+  auto third = std::get<std::vector<worker_actor>>(answers->at(1));
+  REQUIRE(third.size() == 1);
+  CHECK(third[0]);
+  // another job's ranks never free a slot for this one: a request that cannot fit even
+  // once this job's own workers are gone is refused at once, as before
+  cfg.node->jobs->open(99, job_summary{"other", "", 0, {}, 0});
+  end_worker(2, 3); // the old rank 2 ends
+  REQUIRE(answers->size() == 3); // slot 4 takes it
+  REQUIRE(std::holds_alternative<std::vector<worker_actor>>(answers->at(2)));
+  ask({5, 6, 7});
+  REQUIRE(answers->size() == 4);
+  auto refused = std::get<std::string>(answers->at(3));
+  CHECK(refused.find("the node has 2 slots for all jobs and 2 are held") != std::string::npos);
+  CHECK(refused.find("waited") == std::string::npos);
+  // an own worker that does not end in time: the request is refused at the deadline,
+  // saying what it waited for
+  ask({8});
+  CHECK(answers->size() == 4);
+  sched.trigger_timeouts(); // the handover's deadline (virtual time)
+  sched.run();
+  REQUIRE(answers->size() == 5);
+  auto late = std::get<std::string>(answers->at(4));
+  CHECK(late.find("cannot start 1 rank of this job: the node has 2 slots for all jobs and 2 "
+                  "are held (2 by job job)") != std::string::npos);
+  CHECK(late.find("waited") != std::string::npos);
+  CHECK(late.find("for this job's own ranks on the node to end") != std::string::npos);
+  std::string why;
+  CHECK(cfg.node->jobs->take(99, 1, why).empty()); // nothing was taken by the refused ones
 }
 
 TEST_CASE_FIXTURE(fixture,

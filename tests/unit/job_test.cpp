@@ -145,6 +145,7 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
         return gloo_abort_report{};
       },
       [](aborted_atom, uint64_t, gloo_abort_report&) {},
+      [](deadline_atom, uint64_t) {},
       [=](kill_atom) {
         for (auto& [id, w] : the_log->workers)
           self->send(w, terminate_atom::value, int32_t{SIGKILL});
