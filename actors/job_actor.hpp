@@ -121,6 +121,10 @@ struct ehost {
   int gpu_cap = -1;           // GPU jobs: the slots its lent devices allow
   bool has_info = false;      // static: node info is in (NIC discovery waits for all)
   uint32_t capped_warned = 0; // the listed slot count last warned about
+  // The node refused more of the job's ranks for lack of slots (other jobs hold them):
+  // the job keeps the ranks it runs there (full_cap) until full_until, then asks again.
+  int full_cap = -1;
+  clock_type::time_point full_until{};
   std::string endpoint() const { return spec.endpoint(); }
   std::string label() const {
     return info.name.empty() ? spec.endpoint() : fmt::format("{} ({})", info.name, endpoint());
@@ -131,6 +135,8 @@ struct ehost {
       s = std::min(s, static_cast<int>(info.slots));
     if (gpu_cap >= 0)
       s = std::min(s, gpu_cap);
+    if (full_cap >= 0)
+      s = std::min(s, full_cap);
     return s;
   }
 };
@@ -331,6 +337,8 @@ private:
   void on_shutdown();
   void on_kill_host(const std::string& name);
   bool runs_on(const std::string& ep, const std::vector<uint32_t>& except) const;
+  void host_full(const std::string& ep, const std::vector<uint32_t>& refused,
+                 const std::string& why);
   void on_owner_gone(const std::string& problem);
   void end_for_owner(int code);
 

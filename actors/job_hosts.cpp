@@ -153,6 +153,8 @@ void job::on_discovered(bool ok, const std::string& text) {
     auto& h = it->second;
     h.spec.slots = spec.slots;
     h.listed = !h.draining;
+    if (h.full_cap >= 0 && clock_type::now() >= h.full_until)
+      h.full_cap = -1; // a full node's slots are asked for again
     if (h.st == ehost::status::ready)
       warn_if_capped(h);
     if ((h.st == ehost::status::lost || h.st == ehost::status::unusable) && !h.blacklisted

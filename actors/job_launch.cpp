@@ -70,7 +70,12 @@ void job::start_slots(const std::string& hostname,
   // SIGTERM, a grace period, SIGKILL): it answers within twice the grace and 3 s.
   auto wait = std::max<std::chrono::milliseconds>(job_.start_timeout,
                                                   2 * job_.kill_grace + std::chrono::seconds(5));
-  request(h->colocator, wait, workers_atom::value, ids)
+  uint32_t ending = 0; // this job's ranks there that end, holding node slots until gone
+  for (auto& [id, s] : slots_)
+    if (s.endpoint == ep && s.running && s.retired
+        && std::find(ids.begin(), ids.end(), id) == ids.end())
+      ++ending;
+  request(h->colocator, wait, workers_atom::value, ids, ending)
       .then(
           [both, ready](std::vector<worker_actor>& workers) {
             both->workers = std::move(workers);
@@ -81,14 +86,18 @@ void job::start_slots(const std::string& hostname,
             // A full node is not a broken node: an elastic job that has nothing running
             // there (ranks it retired are ending) leaves it for now and asks again while
             // it is listed, instead of blacklisting it.
-            if (elastic_ && why.find(node_full_words) != std::string::npos
-                && !runs_on(ep, ids)) {
+            // One that runs ranks there keeps them and grows there later: the
+            // node's slots are other jobs' for now.
+            if (elastic_ && why.find(node_full_words) != std::string::npos) {
+              bool keeps = runs_on(ep, ids);
               for (auto id : ids)
                 if (auto* s = slot_by_id(id); s && s->running) {
                   s->running = false;
                   s->retired = true;
                   send(coord_, leave_atom::value, s->key);
                 }
+              if (keeps)
+                return host_full(ep, ids, why);
               return host_unusable(ep, why);
             }
             fail_running(ids, fmt::format("cannot start its worker: {}", why));
@@ -103,6 +112,34 @@ bool job::runs_on(const std::string& ep, const std::vector<uint32_t>& except) co
         && std::find(except.begin(), except.end(), id) == except.end())
       return true;
   return false;
+}
+
+// An elastic job's new ranks on host `ep`, where it runs others, were refused for lack of
+// slots: the host keeps the ranks the job runs there and offers no more until a while has
+// passed (then discovery's count is asked for again). Nothing is blacklisted.
+void job::host_full(const std::string& ep, const std::vector<uint32_t>& refused,
+                    const std::string& why) {
+  auto it = hosts_.find(ep);
+  if (it == hosts_.end())
+    return;
+  auto& h = it->second;
+  int kept = 0;
+  for (auto& [id, s] : slots_)
+    if (s.endpoint == ep && s.running && !s.retired
+        && std::find(refused.begin(), refused.end(), id) == refused.end())
+      ++kept;
+  h.full_cap = kept;
+  h.full_until =
+      clock_type::now() + std::max(ec_.discovery_interval, std::chrono::milliseconds(5000));
+  auto text = fmt::format("host {} is full: the job keeps its {} rank{} there and asks for more "
+                          "again while it is listed: {}",
+                          h.label(), kept, kept == 1 ? "" : "s", why);
+  if (text != h.last_warning) {
+    say("warning: {}", text);
+    events_.emit("host.full", {{"host", ep}, {"kept", kept}, {"cause", why}});
+  }
+  h.last_warning = text;
+  reconsider();
 }
 
 // A batch request for these slots failed: each still running fails with `why`.

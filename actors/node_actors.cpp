@@ -289,7 +289,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
         }
         return lease;
       },
-      [=](workers_atom, std::vector<uint32_t>& slots) -> caf::result<std::vector<worker_actor>> {
+      [=](workers_atom, std::vector<uint32_t>& slots,
+          uint32_t ending) -> caf::result<std::vector<worker_actor>> {
         if (!from_driver("a workers request"))
           return refused_error("workers");
         auto& st = self->state;
@@ -301,7 +302,8 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
             // The job replaces its own ranks here (a plan replaced before its release, a
             // rank retired and asked for again): their workers give their slots back
             // once gone. That is waited for, up to a deadline, rather than refused.
-            if (!st.book->fits_once_own_end(st.book_id, static_cast<uint32_t>(slots.size())))
+            if (!st.book->fits_once_own_end(st.book_id, static_cast<uint32_t>(slots.size()),
+                                            ending))
               return caf::make_error(caf::sec::runtime_error, cannot_start(slots.size(), why));
             auto id = st.next_handover++;
             auto rp = self->make_response_promise<std::vector<worker_actor>>();

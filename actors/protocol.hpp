@@ -454,8 +454,9 @@ using colocator_actor = caf::typed_actor<
     caf::replies_to<gpu_atom, uint32_t>::with<gpu_lease>,
     // per-node batching: spawn this node's workers for these slots (one round trip per
     // node, not per rank), then launch them; pids in the batch's order (0: not started,
-    // its exit report says why)
-    caf::replies_to<workers_atom, std::vector<uint32_t>>::with<std::vector<worker_actor>>,
+    // its exit report says why). The count: the job's ranks on the node that are ending
+    // (retired or stopped, still running), whose node slots the new ones may wait for.
+    caf::replies_to<workers_atom, std::vector<uint32_t>, uint32_t>::with<std::vector<worker_actor>>,
     caf::replies_to<launch_atom, launch_batch>::with<std::vector<int32_t>>,
     // elastic, after a rank failed: shut down the Gloo connections of these slots' rank
     // processes (slots; Gloo's listening addresses and the job's server endpoints, as

@@ -151,13 +151,14 @@ void node_book::give_back(uint64_t colocator, uint32_t index) {
   changed();
 }
 
-bool node_book::fits_once_own_end(uint64_t colocator, uint32_t n) const {
+bool node_book::fits_once_own_end(uint64_t colocator, uint32_t n, uint32_t ending) const {
   std::lock_guard g{m_};
   if (capacity_ == 0)
     return false;
   size_t own = 0;
   for (auto& [index, owner] : held_)
     own += owner == colocator;
+  own = std::min<size_t>(own, ending);
   return own > 0 && held_.size() - own + n <= capacity_;
 }
 

@@ -45,10 +45,11 @@ public:
   /// why (which jobs hold the node's slots).
   std::vector<uint32_t> take(uint64_t colocator, uint32_t n, std::string& why);
   void give_back(uint64_t colocator, uint32_t index);
-  /// Whether `n` more slots for the colocator fit once its own workers' slots are back:
-  /// a job that replaces its ranks on this node asks before the old ones are gone, and
-  /// waits for them instead of being refused (false with no limit or nothing of its own).
-  bool fits_once_own_end(uint64_t colocator, uint32_t n) const;
+  /// Whether `n` more slots for the colocator fit once `ending` of its own workers' slots
+  /// are back: a job that replaces its ranks on this node asks before the old ones are
+  /// gone, and waits for them instead of being refused (false with no limit or nothing
+  /// of its own ending).
+  bool fits_once_own_end(uint64_t colocator, uint32_t n, uint32_t ending) const;
   void set_gpus(uint64_t colocator, std::vector<int32_t> devices);
   std::vector<job_summary> snapshot() const;
   uint32_t capacity() const;

@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
   }
   auto hs = f.handshake(f.my_node);
   auto other = f.node_bytes(4242, 0x0e);
-  auto workers = caf::make_message(workers_atom::value, std::vector<uint32_t>{0});
+  auto workers = caf::make_message(workers_atom::value, std::vector<uint32_t>{0}, uint32_t{0});
   auto hb = f.frame(basp::message_type::heartbeat, 0, 0, 0, 0, {});
   std::vector<caf::strong_actor_ptr> no_stages;
   // the guard's rules, one connection each

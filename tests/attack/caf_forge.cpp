@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   using colocator_requests =
       std::tuple<decltype(self->request(colocator_actor{}, wait, node_atom::value)),
                  decltype(self->request(colocator_actor{}, wait, workers_atom::value,
-                                        std::vector<uint32_t>{})),
+                                        std::vector<uint32_t>{}, uint32_t{0})),
                  decltype(self->request(colocator_actor{}, wait, launch_atom::value, batch)),
                  decltype(self->request(worker_actor{}, wait, launch_atom::value, spec))>;
   std::vector<colocator_requests> pending;
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     auto as_worker = caf::actor_cast<worker_actor>(p);
     pending.emplace_back(self->request(as_colocator, wait, node_atom::value),
                          self->request(as_colocator, wait, workers_atom::value,
-                                       std::vector<uint32_t>{0}),
+                                       std::vector<uint32_t>{0}, uint32_t{0}),
                          self->request(as_colocator, wait, launch_atom::value, batch),
                          self->request(as_worker, wait, launch_atom::value, spec));
     // what a driver or a worker sends without asking

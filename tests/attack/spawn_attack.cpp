@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
     if (!c)
       continue;
     // What a driver does next, in the order it does it (each answered or refused).
-    self->request(c, std::chrono::seconds(10), workers_atom::value, std::vector<uint32_t>{0})
+    self->request(c, std::chrono::seconds(10), workers_atom::value, std::vector<uint32_t>{0},
+                  uint32_t{0})
         .receive(
             [&](std::vector<worker_actor>& ws) {
               std::printf("workers %d: %zu\n", step, ws.size());

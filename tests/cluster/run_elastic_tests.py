@@ -17,8 +17,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Cluster, free_port, leftover_ranks, pid_with_env, pids_matching, raw_http,  # noqa: E402
-                     rendezvous_of, run_suite, wait_until)
+from harness import (Cluster, free_port, kill_at_deadline, leftover_ranks, pid_with_env,  # noqa: E402
+                     pids_matching, raw_http, rendezvous_of, run_suite, wait_until)
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
@@ -104,21 +104,24 @@ class ElasticTest(unittest.TestCase):
     def wait_for_step(self, n, timeout=20):
         """Reads the driver's stdout until rank 0 reports step n; returns the lines read."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.driver.stdout.readline()
-            if not line:
-                # the driver ended: say how, with its own words
-                try:
-                    rc, err = self.driver.wait(timeout=10), self.driver.stderr.read()
-                except Exception as e:
-                    rc, err = None, f"(its end could not be read: {e})"
-                raise AssertionError(f"the driver ended (exit {rc}) before step {n}:\n"
-                                     f"{''.join(self.out_lines)[-2000:]}\nstderr:\n{err[-3000:]}"
-                                     f"{self.event_tail()}")
-            self.out_lines.append(line)
-            m = STEP.match(line.rstrip("\n"))
-            if m and int(m.group(1)) >= n:
-                return
+        with kill_at_deadline(self.driver, timeout) as watchdog:
+            while time.monotonic() < deadline:
+                line = self.driver.stdout.readline()
+                if not line:
+                    # the driver ended: say how, with its own words
+                    try:
+                        rc, err = self.driver.wait(timeout=10), self.driver.stderr.read()
+                    except Exception as e:
+                        rc, err = None, f"(its end could not be read: {e})"
+                    how = (f"was killed after {timeout}s without step {n}" if watchdog.fired
+                           else f"ended (exit {rc}) before step {n}")
+                    raise AssertionError(f"the driver {how}:\n"
+                                         f"{''.join(self.out_lines)[-2000:]}\nstderr:\n"
+                                         f"{err[-3000:]}{self.event_tail()}")
+                self.out_lines.append(line)
+                m = STEP.match(line.rstrip("\n"))
+                if m and int(m.group(1)) >= n:
+                    return
         raise AssertionError(f"no step {n} within {timeout}s:\n{''.join(self.out_lines)[-2000:]}"
                              f"{self.event_tail()}")
 
@@ -127,12 +130,15 @@ class ElasticTest(unittest.TestCase):
         read (fails with them when the driver ends or the time is up first)."""
         lines = []
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not any(pattern.search(x) for x in lines):
-            line = self.driver.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-        self.assertTrue(any(pattern.search(x) for x in lines), "".join(lines)[-3000:])
+        with kill_at_deadline(self.driver, timeout) as watchdog:
+            while time.monotonic() < deadline and not any(pattern.search(x) for x in lines):
+                line = self.driver.stderr.readline()
+                if not line:
+                    break
+                lines.append(line)
+        self.assertTrue(any(pattern.search(x) for x in lines),
+                        ("the driver was killed: no such line within " f"{timeout}s:\n"
+                         if watchdog.fired else "") + "".join(lines)[-3000:] + self.event_tail())
         return lines
 
     def rank_pid(self, rank):
@@ -380,6 +386,36 @@ class ElasticTest(unittest.TestCase):
         self.assertNotIn("blacklisted", err)
         self.assertRegex(err, r"generation \d+: 2 ranks on ha:1,hx:1 \(added hx\)")
         self.check_run(out, 1200)
+
+    def test_growing_onto_a_node_another_job_filled_keeps_the_node_and_its_ranks(self):
+        """The job runs a rank on hx (--slots 2) when discovery lists a second slot there;
+        another job has just taken it, so hx's agent refuses the new rank. The job keeps
+        its rank on hx and hx itself (a full node is not a broken one), says why, and grows
+        there once the other job has ended. It blacklisted hx before, losing its rank."""
+        self.c.node("ha")
+        self.c.node("hx", slots=2)
+        hx = self.c.nodes["hx"][1]
+        self.set_hosts(("ha", 1), ("hx", 1))
+        self.start("--min-np", "1", steps=1500)
+        self.wait_for_step(5)
+        other = self.c.start(["driver", "-np", "1", "-H", f"127.0.0.1:{hx}:1", "--",
+                              "sh", "-c", "echo holding; exec sleep 300"])
+        self.assertIn("holding", other.stdout.readline())
+        self.set_hosts(("ha", 1), ("hx", 2))
+        full = re.compile(r"warning: host hx \(127\.0\.0\.1:\d+\) is full: the job keeps its 1 "
+                          r"rank there and asks for more again while it is listed: .*the node "
+                          r"has 2 slots for all jobs and 2 are held")
+        err_lines = self.read_stderr_until(full)
+        other.send_signal(signal.SIGTERM)
+        other.wait(timeout=30)
+        rc, out, err = self.finish(timeout=120)
+        err = "".join(err_lines) + err
+        self.assertEqual(rc, 0, err[-3000:])
+        self.assertNotIn("blacklisted", err)
+        self.assertRegex(err, r"generation \d+: 3 ranks on ha:1,hx:2")
+        text, seen = self.check_run(out, 1500)
+        # the rank on hx never left: the job's size never dropped below 2
+        self.assertGreaterEqual(min(n for _, n, _ in seen), 2, err[-3000:])
 
     def test_driver_killed_between_spawn_and_launch_leaks_no_slot(self):
         """--cold-joins: hb's two slots get workers when generation 2 forms, and their

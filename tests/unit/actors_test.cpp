@@ -142,7 +142,8 @@ TEST_CASE_FIXTURE(fixture, "a lost driver's workers that were never launched end
   });
   sched.run();
   // the driver asks for two workers (real ones), then is lost before their launch
-  caf::send_as(driver_actor_, colocator, workers_atom::value, std::vector<uint32_t>{1, 2});
+  caf::send_as(driver_actor_, colocator, workers_atom::value, std::vector<uint32_t>{1, 2},
+               uint32_t{0});
   sched.run();
   cfg.node->jobs->open(99, job_summary{"other", "", 0, {}, 0}); // another job on the node
   std::string why;
@@ -170,8 +171,8 @@ TEST_CASE_FIXTURE(fixture, "a job's new worker waits for the node slot of its ow
   // (the driver asks, as a job does: a request, whose answer may come much later)
   auto driver_actor_ = sys.spawn([answers](caf::event_based_actor* self) -> caf::behavior {
     self->set_default_handler(caf::drop);
-    return {[=](colocator_actor c, std::vector<uint32_t>& slots) {
-              self->request(c, caf::infinite, workers_atom::value, std::move(slots))
+    return {[=](colocator_actor c, std::vector<uint32_t>& slots, uint32_t ending) {
+              self->request(c, caf::infinite, workers_atom::value, std::move(slots), ending)
                   .then([=](std::vector<worker_actor>& ws) { answers->emplace_back(std::move(ws)); },
                         [=](caf::error& e) { answers->emplace_back(to_string(e)); });
             },
@@ -189,8 +190,9 @@ TEST_CASE_FIXTURE(fixture, "a job's new worker waits for the node slot of its ow
     sched.run();
   });
   sched.run();
-  auto ask = [&](std::vector<uint32_t> slots) {
-    caf::anon_send(driver_actor_, colocator, std::move(slots));
+  // `ending`: how many of the job's ranks on the node end (the job says so)
+  auto ask = [&](std::vector<uint32_t> slots, uint32_t ending) {
+    caf::anon_send(driver_actor_, colocator, std::move(slots), ending);
     sched.run();
   };
   // A worker ends as a real one does: its process (here /bin/true) exits. The exit comes
@@ -210,14 +212,14 @@ TEST_CASE_FIXTURE(fixture, "a job's new worker waits for the node slot of its ow
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   };
-  ask({1, 2}); // the node's two slots
+  ask({1, 2}, 0); // the node's two slots
   REQUIRE(answers->size() == 1);
   auto first = std::get<std::vector<worker_actor>>(answers->at(0));
   REQUIRE(first.size() == 2);
   // rank 1 is replaced: its new worker (slot 3) is asked for before the old one is gone,
   // and then slot 4's (rank 2 replaced too)
-  ask({3});
-  ask({4});
+  ask({3}, 1);
+  ask({4}, 2);
   CHECK(answers->size() == 1); // both wait: nothing is refused
   end_worker(1, 2); // the old rank 1 ends
   REQUIRE(answers->size() == 2); // slot 3 first: the order they were asked in
@@ -230,19 +232,23 @@ TEST_CASE_FIXTURE(fixture, "a job's new worker waits for the node slot of its ow
   end_worker(2, 3); // the old rank 2 ends
   REQUIRE(answers->size() == 3); // slot 4 takes it
   REQUIRE(std::holds_alternative<std::vector<worker_actor>>(answers->at(2)));
-  ask({5, 6, 7});
+  ask({5, 6, 7}, 2);
   REQUIRE(answers->size() == 4);
   auto refused = std::get<std::string>(answers->at(3));
   CHECK(refused.find("the node has 2 slots for all jobs and 2 are held") != std::string::npos);
   CHECK(refused.find("waited") == std::string::npos);
+  // nor is growth onto a node the job's own running (not ending) ranks fill
+  ask({9}, 0);
+  REQUIRE(answers->size() == 5);
+  CHECK(std::get<std::string>(answers->at(4)).find("waited") == std::string::npos);
   // an own worker that does not end in time: the request is refused at the deadline,
   // saying what it waited for
-  ask({8});
-  CHECK(answers->size() == 4);
+  ask({8}, 1);
+  CHECK(answers->size() == 5);
   sched.trigger_timeouts(); // the handover's deadline (virtual time)
   sched.run();
-  REQUIRE(answers->size() == 5);
-  auto late = std::get<std::string>(answers->at(4));
+  REQUIRE(answers->size() == 6);
+  auto late = std::get<std::string>(answers->at(5));
   CHECK(late.find("cannot start 1 rank of this job: the node has 2 slots for all jobs and 2 "
                   "are held (2 by job job)") != std::string::npos);
   CHECK(late.find("waited") != std::string::npos);
@@ -387,7 +393,7 @@ TEST_CASE_FIXTURE(fixture, "an agent with credentials runs nothing for a spawn w
   {
     // what a driver asks next gets the refusal too: no worker, no launch
     auto refused = spawn("job-1", signed_ticket{});
-    self->send(refused, workers_atom::value, std::vector<uint32_t>{0});
+    self->send(refused, workers_atom::value, std::vector<uint32_t>{0}, uint32_t{0});
     sched.run();
     size_t workers = 99;
     self->receive([&](std::vector<worker_actor>& ws) { workers = ws.size(); },
@@ -452,7 +458,7 @@ TEST_CASE_FIXTURE(fixture, "a colocator obeys only its driver, its agent and its
   auto refused = [](const std::string& a) { return a.find("refused") != std::string::npos; };
   stranger->send(colocator, node_atom::value);
   CHECK(refused(answer(stranger)));
-  stranger->send(colocator, workers_atom::value, std::vector<uint32_t>{0});
+  stranger->send(colocator, workers_atom::value, std::vector<uint32_t>{0}, uint32_t{0});
   CHECK(refused(answer(stranger)));
   launch_batch b;
   b.argv = {"/usr/bin/touch", marker.string()};

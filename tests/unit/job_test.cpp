@@ -88,7 +88,7 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
           if (auto it = the_log->workers.find(slot); it != the_log->workers.end())
             self->send(it->second, call_atom::value, id, deadline, payload);
       },
-      [=](workers_atom, std::vector<uint32_t>& slots) -> std::vector<worker_actor> {
+      [=](workers_atom, std::vector<uint32_t>& slots, uint32_t) -> std::vector<worker_actor> {
         std::vector<worker_actor> out;
         auto me = caf::actor_cast<colocator_actor>(self);
         for (auto id : slots) {
