@@ -182,6 +182,32 @@ void nudge_watchers(table_ptr self) {
   }
 }
 
+// A cancel's ticket as a node checks it, for the table at `audience`: an administrator's
+// ticket, or the job's owner's (the driver certificate named as the job's owner by this
+// node's colocator, if it runs the job). Returns who cancels, or throws saying why not.
+std::string check_cancel(const node_settings& n, const signed_ticket& ticket,
+                         const std::string& audience, const std::string& job) {
+  if (!n.creds)
+    return "(insecure)";
+  ticket_holder holder;
+  bool admin = true;
+  try {
+    holder = net::module().check_ticket(*n.creds, ticket, cert_role::admin, "cancel", audience);
+  } catch (const std::exception&) {
+    admin = false; // then it must be the owner's (that check says why not)
+    holder = net::module().check_ticket(*n.creds, ticket, cert_role::driver, "cancel", audience);
+  }
+  if (holder.subject != job)
+    throw credentials_error("it names another job");
+  if (admin)
+    return fmt::format("'{}' (administrator)", printable(holder.name));
+  for (auto& j : n.jobs->snapshot())
+    if (j.job == job && j.owner != holder.name)
+      throw credentials_error(fmt::format("job {} is '{}''s, not '{}''s", printable(job),
+                                          printable(j.owner), printable(holder.name)));
+  return fmt::format("'{}' (its owner)", printable(holder.name));
+}
+
 // Whether the message `self` handles comes from member `id`'s own joiner (its token is a
 // secret of their connection; the sender is checked too).
 bool from_member(table_ptr self, uint64_t id, const char* what) {
@@ -504,6 +530,55 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           nudge_watchers(self);
           return {};
         },
+        [self, refresh_self](cancel_atom, std::string& job,
+                             signed_ticket& ticket) -> std::tuple<std::string, std::vector<std::string>> {
+          auto& st = self->state;
+          auto& n = settings_of(self->system());
+          if (!st.join_target.empty())
+            return {fmt::format("the agent '{}' holds no table: it joined the cluster at {}",
+                                n.name, st.join_target),
+                    {}};
+          refresh_self();
+          auto view = st.table.view(unix_ms());
+          std::string owner;
+          std::vector<std::string> where;
+          for (auto& row : view.nodes)
+            for (auto& j : row.info.jobs)
+              if (j.job == job && row.state == "alive") {
+                owner = j.owner;
+                where.push_back(row.info.name);
+              }
+          std::string by;
+          try {
+            // the table checks as a node does, with the owner its members report
+            by = check_cancel(n, ticket, to_string(self->system().node()), job);
+            if (n.creds && by.find("(its owner)") != std::string::npos && !owner.empty()
+                && by != fmt::format("'{}' (its owner)", printable(owner)))
+              throw credentials_error(fmt::format("job {} is '{}''s", printable(job),
+                                                  printable(owner)));
+          } catch (const std::exception& e) {
+            return {fmt::format("the agent refused to cancel job {}: {}", printable(job),
+                                e.what()),
+                    {}};
+          }
+          st.table.release(job, owner); // slots held for it, if any
+          if (where.empty())
+            return {fmt::format("no node runs job {} ('caf-hvd jobs' lists the jobs that run)",
+                                printable(job)),
+                    {}};
+          for (auto& name : where) {
+            if (name == n.name) {
+              post_from(n.guardian, cancel_atom::value, job, by);
+            } else if (auto m = st.table.member_of(name)) {
+              if (auto j = st.members.find(*m); j != st.members.end())
+                // the node checks the ticket itself
+                send_from(self, j->second.joiner, cancel_atom::value, job, ticket);
+            }
+          }
+          say(n, fmt::format("job {} cancelled by {}: its ranks stop on {}", printable(job), by,
+                             fmt::join(where, ", ")));
+          return {std::string{}, where};
+        },
         [self, refresh_self](deadline_atom, uint64_t token) {
           if (token != self->state.timer)
             return; // not its own timer
@@ -777,6 +852,25 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
           report(self); // the table's view follows at once, not at the next tick
           say(n, on ? "drained by the cluster's administrator: no new jobs; running ranks go on"
                     : "undrained: it takes jobs again");
+        },
+        // The job's owner or an administrator cancelled a job through the table: their own
+        // ticket, made for the table this agent joined, checked here too.
+        [self](cancel_atom, std::string& job, signed_ticket& ticket) {
+          auto& st = self->state;
+          auto& n = settings_of(self->system());
+          if (!admitted(self, st.table && sent_by(self, st.table), "the cluster joiner",
+                        "a cancel not from its table"))
+            return;
+          std::string by;
+          try {
+            if (!st.table)
+              throw credentials_error("this agent has not joined");
+            by = check_cancel(n, ticket, to_string(st.table.node()), job);
+          } catch (const std::exception& e) {
+            say(n, fmt::format("ignored a request to cancel job {}: {}", printable(job), e.what()));
+            return;
+          }
+          post_from(n.guardian, cancel_atom::value, job, by);
         },
         // The agent stops: the table hears it from here, not from a broken link.
         [self](left_atom, uint64_t token) -> caf::result<bool> {

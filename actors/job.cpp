@@ -163,6 +163,12 @@ job::behavior_type job::make_behavior() {
         if (from_colocator_of(node, "a drain notice"))
           on_drain(node, on, how);
       },
+      [this](cancel_atom, std::string& node, std::string& by) {
+        if (from_colocator_of(node, "a cancel notice"))
+          fail(fmt::format("the job was cancelled by {} ('caf-hvd cancel'; node {} stops its "
+                           "ranks)",
+                           by, node));
+      },
       [this](chanfail_atom, uint32_t slot, std::string& what) {
         if (!from_worker(slot, "a channel failure"))
           return;

@@ -475,6 +475,19 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           self->send(w, stop_atom::value, why);
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
+      [=](cancel_atom, const std::string& which, const std::string& by) {
+        if (!from_agent("a cancel") || which != job || !self->state.refused.empty())
+          return;
+        auto& st = self->state;
+        std::fprintf(stderr, "caf-hvd node '%s': job %s cancelled by %s; stopping its %zu ranks\n",
+                     settings_of(self->system()).name.c_str(), printable(job).c_str(),
+                     printable(by).c_str(), st.workers.size());
+        self->send(st.driver, cancel_atom::value, settings_of(self->system()).name, by);
+        // Its ranks stop whether or not the driver answers (it may be stopped itself).
+        for (auto& w : st.workers)
+          self->send(w, terminate_atom::value, int32_t{SIGTERM});
+        self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
+      },
       [=](drain_atom, bool on, std::string& how) {
         if (!from_agent("a drain notice"))
           return;

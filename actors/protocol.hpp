@@ -68,6 +68,7 @@ using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using register_atom = caf::atom_constant<caf::atom("wregister")>;
 using notified_atom = caf::atom_constant<caf::atom("notified")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 // executor mode
 using call_atom = caf::atom_constant<caf::atom("call")>;
 using result_atom = caf::atom_constant<caf::atom("result")>;
@@ -407,7 +408,10 @@ using driver_actor =
                      caf::reacts_to<chanfail_atom, uint32_t, std::string>,
                      // a node of the job drains (true: it takes no new ranks; elastic jobs
                      // leave it) or is back (false): (node name, on, how, for messages)
-                     caf::reacts_to<drain_atom, std::string, bool, std::string>>;
+                     caf::reacts_to<drain_atom, std::string, bool, std::string>,
+                     // the job was cancelled ('caf-hvd cancel': node name, by whom); that
+                     // node's colocator stops its ranks
+                     caf::reacts_to<cancel_atom, std::string, std::string>>;
 
 /// The driver's full interface: node-side messages plus its own signals and deadlines.
 using driver_full_actor = driver_actor::extend<
@@ -469,6 +473,8 @@ using colocator_actor = caf::typed_actor<
     // the node drains (true) or is back (false), how: told to the job's driver
     caf::reacts_to<drain_atom, bool, std::string>,
     caf::reacts_to<deadline_atom, uint64_t>, // a slot handover's deadline (its own timer)
+    // from its agent: job J was cancelled by B (the job's ranks stop; the driver is told)
+    caf::reacts_to<cancel_atom, std::string, std::string>,
     caf::reacts_to<kill_atom>>; // the grace period is over
 
 // -- the cluster's membership -----------------------------------------------------------
@@ -549,6 +555,11 @@ using cluster_actor = caf::typed_actor<
     // purpose "drain" or "undrain", subject the node): "" or why not; the table passes
     // the ticket on to that node's joiner, which checks it too
     caf::replies_to<drain_atom, std::string, bool, signed_ticket>::with<std::string>,
+    // the job's owner (driver ticket) or an administrator (admin ticket) cancels a job
+    // (purpose "cancel", subject the job id): "" and the nodes told, or why not; the
+    // table passes the ticket on to each node that runs the job, which checks it too
+    caf::replies_to<cancel_atom, std::string, signed_ticket>::with<std::string,
+                                                                   std::vector<std::string>>,
     caf::reacts_to<deadline_atom, uint64_t>>; // its own timer (with its random token)
 
 /// Names under which node agents offer actors for remote spawn.

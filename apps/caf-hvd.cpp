@@ -25,6 +25,7 @@ void print_usage(std::ostream& os) {
      << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--join HOST[:PORT]]\n"
      << "  caf-hvd status [--cluster HOST[:PORT]] [--json]     the cluster's nodes and jobs\n"
      << "  caf-hvd drain|undrain NODE [--cluster HOST[:PORT]]  take a node out of placement\n"
+     << "  caf-hvd cancel JOB [--cluster HOST[:PORT]] [--admin]  stop a running job's ranks\n"
      << "  caf-hvd cluster init|add-node|add-driver|add-admin|revoke ...\n"
      << "                                                      a cluster's credentials\n"
      << "  caf-hvd timeline EVENTS -o OUT.html|OUT.json        draw a job's event log\n"
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
       return run_status(argc, argv);
     if (sub == "drain" || sub == "undrain")
       return run_drain(argc, argv, sub == "drain");
+    if (sub == "cancel")
+      return run_cancel(argc, argv);
     std::cerr << fmt::format("caf-hvd: unknown subcommand '{}'\n\n", sub);
     print_usage(std::cerr);
     return 2;

@@ -95,5 +95,6 @@ int run_timeline(int argc, char** argv);
 int run_hosts(int argc, char** argv);
 int run_status(int argc, char** argv);
 int run_drain(int argc, char** argv, bool drain); // drain, undrain
+int run_cancel(int argc, char** argv);             // cancel JOB
 
 } // namespace cafhvd::cli

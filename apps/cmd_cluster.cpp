@@ -23,7 +23,7 @@ constexpr const char* cluster_usage =
     "certificate\n"
     "  caf-hvd cluster add-node NAME [DIR] [--out OUT]   a node agent's credentials\n"
     "  caf-hvd cluster add-driver NAME [DIR] [--out OUT] a driver's credentials\n"
-    "  caf-hvd cluster add-admin NAME [DIR] [--out OUT]  an administrator's (drain, undrain)\n"
+    "  caf-hvd cluster add-admin NAME [DIR] [--out OUT]  an administrator's (drain, undrain, cancel)\n"
     "  caf-hvd cluster revoke NAME|CERT.pem [DIR]        revoke NAME's certificates (crl.pem)\n"
     "DIR: the cluster's directory (default $CAF_HVD_CLUSTER_DIR, else "
     "~/.config/caf-hvd/cluster); OUT: default DIR/issued/NAME";
@@ -64,7 +64,7 @@ int run_cluster(int argc, char** argv) {
           "  ca.pem, ca.key          the cluster's CA (keep ca.key on this machine only)\n"
           "  node.pem, node.key      a node agent's certificate (role node: accepts drivers)\n"
           "  driver.pem, driver.key  a driver's certificate (role driver: drives node agents)\n"
-          "  admin.pem, admin.key    an administrator's certificate (drains and undrains nodes)\n"
+          "  admin.pem, admin.key    an administrator's certificate (drains nodes, cancels jobs)\n"
           "On a trusted single machine, use {} as it is. For a cluster, give each host its own "
           "directory with 'caf-hvd cluster add-node HOST' and each head node one with "
           "'caf-hvd cluster add-driver NAME', and pass it with --cluster-dir or "

@@ -1,5 +1,7 @@
 // caf-hvd status: the cluster at a glance, from the table its agents joined (nodes, their
 // slots, GPUs, labels and states; the jobs running and where).
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -153,6 +155,80 @@ int run_drain(int argc, char** argv, bool drain) {
                                      : ": back in placement");
     } else {
       std::cerr << fmt::format("caf-hvd {}: error: {}\n", verb, error);
+      rc = 1;
+    }
+    exit_watchdog(rc);
+  }
+  return rc;
+}
+
+int run_cancel(int argc, char** argv) {
+  po::options_description desc{
+      "caf-hvd cancel: stop a running job: every node that runs it sends its ranks SIGTERM, "
+      "and SIGKILL after the job's grace period, and its driver ends saying who cancelled "
+      "it. The job's owner (its driver certificate) or an administrator (--admin) may.\n\n"
+      "usage: caf-hvd cancel JOB [--cluster HOST[:PORT]] [--cluster-dir DIR] [--admin]\n\n"
+      "options"};
+  std::string cluster, where, job;
+  desc.add_options()("help,h", "show this help")(
+      "cluster", po::value(&where),
+      "HOST[:PORT]: the agent that holds the cluster's table; default: $CAF_HVD_CLUSTER, else "
+      "the installed agent's /etc/default/caf-hvd-node")(
+      "cluster-dir", po::value(&cluster),
+      "the cluster's credentials (the job's driver certificate, or with --admin an "
+      "administrator's)")("admin", "cancel as the cluster's administrator (admin.pem)")(
+      "insecure", "talk to agents started with --insecure")(
+      "job", po::value(&job), "the job's id (as 'caf-hvd status' lists it)");
+  po::positional_options_description pos;
+  pos.add("job", 1);
+  std::vector<std::string> args(argv + 2, argv + argc);
+  auto vm = parse(args, desc, &pos);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (job.empty())
+    throw usage_error("give the job to cancel: caf-hvd cancel JOB ('caf-hvd status' lists them)");
+  // job ids are HOST-PID-N (make_job_id): letters, digits, '.', '-', '_'
+  if (job.size() > 300 || std::any_of(job.begin(), job.end(), [](unsigned char c) {
+        return !std::isalnum(c) && c != '.' && c != '-' && c != '_';
+      }))
+    throw usage_error(fmt::format("'{}' is not a job id (as 'caf-hvd status' lists them: "
+                                  "HOST-PID-NUMBER)",
+                                  printable(job)));
+  auto address = cluster_option(where, "");
+  auto creds = credentials_for({vm.count("insecure") > 0, vm.count("cluster-dir") > 0, cluster},
+                               vm.count("admin") ? cert_role::admin : cert_role::driver);
+  hvd_config cfg;
+  cfg.enable_network(liveness{}, creds ? &*creds : nullptr);
+  int rc = 0;
+  {
+    caf::actor_system sys{cfg};
+    caf::scoped_actor self{sys};
+    auto got = table_at(sys, self, address, creds.has_value(), std::chrono::seconds(10));
+    std::string error;
+    std::vector<std::string> nodes;
+    if (auto* t = std::get_if<std::pair<cluster_actor, caf::node_id>>(&got)) {
+      signed_ticket ticket;
+      if (creds)
+        ticket = net::module().sign_ticket(
+            *creds, ticket_body("cancel", to_string(t->second), job, unix_s()));
+      self->request(t->first, std::chrono::seconds(10), cancel_atom::value, job, ticket)
+          .receive(
+              [&](std::string& why, std::vector<std::string>& told) {
+                error = why;
+                nodes = std::move(told);
+              },
+              [&](caf::error& e) { error = sys.render(e); });
+    } else {
+      error = std::get<std::string>(got);
+    }
+    if (error.empty()) {
+      std::cout << fmt::format("cancelled job {}: its ranks stop on {} (SIGTERM, SIGKILL after "
+                               "the job's grace period)\n",
+                               job, fmt::join(nodes, ", "));
+    } else {
+      std::cerr << fmt::format("caf-hvd cancel: error: {}\n", error);
       rc = 1;
     }
     exit_watchdog(rc);

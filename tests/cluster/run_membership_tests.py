@@ -281,6 +281,87 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertEqual(len(got), np, f"two ranks share a slot: {got}")
         return got
 
+    def test_a_job_is_cancelled_by_its_owner_or_an_administrator_and_by_no_other_driver(self):
+        """`caf-hvd cancel JOB`: bob's driver certificate may not cancel alice's job (the
+        table refuses, naming the owner; every rank runs on); alice's may, and so may an
+        administrator's. Each node that runs the job stops its ranks, and the job's driver
+        ends saying who cancelled it (not as a rank failure)."""
+        names = [x["name"] for x in self.h.hosts[:2]]
+        agents = [self.agent(i, "--slots", "2") for i in range(2)]
+        self.wait_for("two nodes alive", self.all_alive(names))
+        mark = f"{time.monotonic_ns() % 10**9}"
+
+        def start(creds=self.driver_dir):
+            p = subprocess.Popen(
+                ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver",
+                 "--cluster-dir", creds, "--cluster", f"{self.head}:{PORT}", "-np",
+                 "4", "--", "sh", "-c", f"echo started; exec sleep 300.{mark}"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)
+            self.h.procs.append(p)
+            until, _ = line_reader(p)
+            for _ in range(4):
+                until("started")
+
+            def listed():
+                ids = {j["job"] for row in self.table().values() for j in row["jobs"]
+                       if j["ranks"] == 2}
+                return ids if len(ids) == 1 else None
+            return p, self.wait_for("the job on both nodes", listed).pop()
+
+        def cancel(job, creds, *extra):
+            return self.h.run(0, [CAF_HVD, "cancel", job, "--cluster", f"{self.head}:{PORT}",
+                                  "--cluster-dir", creds, *extra])
+
+        def ranks():
+            return len(pids_matching(f"sleep 300.{mark}", prefix=True))
+        p, job = start()
+        rc, out, err = cancel(job, issue("driver", "bob"))
+        self.assertEqual(rc, 1, out)
+        self.assertIn(f"the agent refused to cancel job {job}: job {job} is 'alice''s", err)
+        self.assertEqual(ranks(), 4)
+        self.assertIsNone(p.poll())
+        rc, out, err = cancel(job, self.driver_dir)
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"cancelled job {job}: its ranks stop on {', '.join(sorted(names))}", out)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 1, err)
+        # the job's first error is the cancel (not a rank's end, nor a lost node)
+        first = next(line for line in err.splitlines() if "error:" in line)
+        self.assertIn("error: the job was cancelled by 'alice' (its owner)", first)
+        self.wait_for("the cancelled job's ranks gone", lambda: ranks() == 0)
+        # an administrator's cancel; then the job is no longer anywhere
+        p, job = start()
+        rc, out, err = cancel(job, issue("admin", "root-admin"), "--admin")
+        self.assertEqual(rc, 0, err)
+        out, err = p.communicate(timeout=60)
+        self.assertIn("error: the job was cancelled by 'root-admin' (administrator)", err)
+        self.wait_for("the cancelled job's ranks gone", lambda: ranks() == 0)
+        self.wait_for("the job gone from status",
+                      lambda: all(not r["jobs"] for r in self.table().values()))
+        rc, out, err = cancel(job, self.driver_dir)
+        self.assertEqual(rc, 1)
+        self.assertIn(f"no node runs job {job}", err)
+        # a driver certificate revoked while its job runs: the job runs on (its connections
+        # were admitted before), its owner can no longer cancel it, an administrator can
+        carol = issue("driver", "carol")
+        p, job = start(carol)
+        subprocess.run([CAF_HVD, "cluster", "revoke", "carol", CLUSTER], check=True,
+                       capture_output=True)
+        for i, a in enumerate(agents):
+            os.killpg(a.pid, signal.SIGHUP)
+            self.wait_for(f"agent {i} reloaded", lambda i=i: "SIGHUP: reloaded the credentials"
+                          in self.drains[i].text())
+        self.assertEqual((p.poll(), ranks()), (None, 4))
+        rc, out, err = cancel(job, carol)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("revoked", err)
+        rc, out, err = cancel(job, issue("admin", "root-admin"), "--admin")
+        self.assertEqual(rc, 0, err)
+        out, err = p.communicate(timeout=60)
+        self.assertIn("error: the job was cancelled by 'root-admin' (administrator)", err)
+        self.wait_for("the cancelled job's ranks gone", lambda: ranks() == 0)
+
     def test_jobs_with_no_host_list_get_slots_of_their_own(self):
         names = [x["name"] for x in self.h.hosts]
         for i in range(3):

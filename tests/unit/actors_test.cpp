@@ -74,6 +74,7 @@ driver_actor::behavior_type fake_driver() {
       [](log_atom, uint32_t, std::string&) { return caf::ok_atom::value; },
       [](chanfail_atom, uint32_t, std::string&) {},
       [](drain_atom, std::string&, bool, std::string&) {},
+      [](cancel_atom, std::string&, std::string&) {},
   };
 }
 
@@ -104,6 +105,41 @@ TEST_CASE_FIXTURE(fixture,
                 caf::after(std::chrono::seconds(0)) >> [] {});
   CHECK(colocator_down);
   caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+  post_from(cfg.node->guardian, shutdown_atom::value);
+  sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "a cancel from the agent stops that job's ranks (SIGTERM, SIGKILL "
+                           "after the grace) and tells its driver who cancelled it") {
+  cfg.node->name = "cn";
+  cfg.node->guardian = spawn_guardian(sys);
+  caf::scoped_actor driver{sys};
+  auto colocator = sys.spawn(colocator_fn, caf::actor_cast<driver_actor>(driver.ptr()),
+                             coordinator_actor{}, std::string{"job-7"}, int32_t{5000},
+                             signed_ticket{});
+  auto log = std::make_shared<worker_log>();
+  auto worker = sys.spawn(fake_worker, log);
+  caf::send_as(worker, colocator, enlist_atom::value, worker);
+  sched.run();
+  auto told = [&] {
+    std::string out = "nothing";
+    driver->receive([&](cancel_atom, std::string& node, std::string& by) { out = node + " " + by; },
+                    caf::after(std::chrono::seconds(0)) >> [] {});
+    return out;
+  };
+  // another job's cancel: nothing here
+  post_from(cfg.node->guardian, cancel_atom::value, std::string{"job-8"}, std::string{"'ops'"});
+  sched.run();
+  CHECK(log->signals.empty());
+  CHECK(told() == "nothing");
+  post_from(cfg.node->guardian, cancel_atom::value, std::string{"job-7"}, std::string{"'ops'"});
+  sched.run();
+  CHECK(told() == "cn 'ops'");
+  CHECK(log->signals == std::vector<int32_t>{15}); // no SIGKILL before the grace period
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(log->signals == std::vector<int32_t>{15, 9});
+  caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
   post_from(cfg.node->guardian, shutdown_atom::value);
   sched.run();
 }
@@ -479,6 +515,8 @@ TEST_CASE_FIXTURE(fixture, "a colocator obeys only its driver, its agent and its
   stranger->send(colocator, stop_atom::value, std::string{"forged stop"});
   stranger->send(colocator, kill_atom::value);
   stranger->send(colocator, drain_atom::value, true, std::string{"forged drain"});
+  stranger->send(colocator, cancel_atom::value, std::string{"job"}, std::string{"forged"});
+  caf::anon_send(colocator, cancel_atom::value, std::string{"job"}, std::string{"forged"});
   caf::anon_send(colocator, terminate_atom::value, int32_t{0});
   caf::anon_send(colocator, stop_atom::value, std::string{"forged stop"});
   sched.run();
@@ -492,6 +530,10 @@ TEST_CASE_FIXTURE(fixture, "a colocator obeys only its driver, its agent and its
   driver->receive([&](drain_atom, std::string&, bool, std::string&) { drained = "a drain"; },
                   caf::after(std::chrono::seconds(0)) >> [] {});
   CHECK(drained == "nothing");
+  std::string cancelled = "nothing";
+  driver->receive([&](cancel_atom, std::string&, std::string&) { cancelled = "a cancel"; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(cancelled == "nothing");
   // a stranger's worker cannot enlist to be signalled in the job's name ...
   auto log2 = std::make_shared<worker_log>();
   auto foreign = sys.spawn(fake_worker, log2);

@@ -138,6 +138,9 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
       [](stop_atom, std::string&) {},
+      [=](cancel_atom, std::string&, std::string& by) { // as the real one: tell the driver
+        self->send(driver, cancel_atom::value, name, by);
+      },
       [=](drain_atom, bool on, std::string& how) { // as the real one: tell the driver
         self->send(driver, drain_atom::value, name, on, how);
       },
