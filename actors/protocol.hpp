@@ -495,7 +495,8 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
 }
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
-  return f(caf::meta::type_name("cluster_view"), x.holder, x.redirect, x.now_ms, x.nodes);
+  return f(caf::meta::type_name("cluster_view"), x.holder, x.redirect, x.now_ms, x.nodes,
+           x.waiting, x.placed);
 }
 
 template <class Inspector>

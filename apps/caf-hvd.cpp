@@ -24,6 +24,7 @@ void print_usage(std::ostream& os) {
      << "  caf-hvd driver --host-discovery-script PATH --min-np N [options] -- COMMAND\n"
      << "  caf-hvd node [--port PORT] [--name NAME] [--slots N] [--join HOST[:PORT]]\n"
      << "  caf-hvd status [--cluster HOST[:PORT]] [--json]     the cluster's nodes and jobs\n"
+     << "  caf-hvd jobs [--cluster HOST[:PORT]] [--json]       the cluster's jobs\n"
      << "  caf-hvd drain|undrain NODE [--cluster HOST[:PORT]]  take a node out of placement\n"
      << "  caf-hvd cancel JOB [--cluster HOST[:PORT]] [--admin]  stop a running job's ranks\n"
      << "  caf-hvd cluster init|add-node|add-driver|add-admin|revoke ...\n"
@@ -65,8 +66,8 @@ int main(int argc, char** argv) {
       return run_timeline(argc, argv);
     if (sub == "hosts")
       return run_hosts(argc, argv);
-    if (sub == "status")
-      return run_status(argc, argv);
+    if (sub == "status" || sub == "jobs")
+      return run_status(argc, argv, sub == "jobs");
     if (sub == "drain" || sub == "undrain")
       return run_drain(argc, argv, sub == "drain");
     if (sub == "cancel")

@@ -93,7 +93,7 @@ int run_job(int argc, char** argv, bool embedded); // run (embedded) and driver
 int run_cluster(int argc, char** argv);
 int run_timeline(int argc, char** argv);
 int run_hosts(int argc, char** argv);
-int run_status(int argc, char** argv);
+int run_status(int argc, char** argv, bool jobs_only = false); // status, jobs
 int run_drain(int argc, char** argv, bool drain); // drain, undrain
 int run_cancel(int argc, char** argv);             // cancel JOB
 

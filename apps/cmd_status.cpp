@@ -236,11 +236,17 @@ int run_cancel(int argc, char** argv) {
   return rc;
 }
 
-int run_status(int argc, char** argv) {
+int run_status(int argc, char** argv, bool jobs_only) {
   po::options_description desc{
-      "caf-hvd status: the cluster's nodes (state, slots, GPUs, labels, last seen) and its "
-      "running jobs, from the table its agents joined.\n\n"
-      "usage: caf-hvd status [--cluster HOST[:PORT]] [--cluster-dir DIR] [--json]\n\noptions"};
+      jobs_only
+          ? "caf-hvd jobs: the cluster's jobs (owner, ranks, where they run, since when, and "
+            "whether they run, start on slots held for them or wait in line), from the table "
+            "its agents joined.\n\n"
+            "usage: caf-hvd jobs [--cluster HOST[:PORT]] [--cluster-dir DIR] [--json]\n\noptions"
+          : "caf-hvd status: the cluster's nodes (state, slots, GPUs, labels, last seen) and "
+            "its jobs, from the table its agents joined.\n\n"
+            "usage: caf-hvd status [--cluster HOST[:PORT]] [--cluster-dir DIR] [--json]\n\n"
+            "options"};
   std::string cluster, where;
   double timeout = 10;
   desc.add_options()("help,h", "show this help")(
@@ -252,7 +258,7 @@ int run_status(int argc, char** argv) {
       "insecure", "talk to agents started with --insecure")(
       "json", "print the table as JSON (for scripts)")(
       "timeout", po::value(&timeout)->default_value(10), "seconds to wait for an answer");
-  auto parsed = parse_options_only(argc, argv, desc, "status");
+  auto parsed = parse_options_only(argc, argv, desc, jobs_only ? "jobs" : "status");
   if (!parsed)
     return 0;
   auto& vm = *parsed;
@@ -282,12 +288,13 @@ int run_status(int argc, char** argv) {
     }
     if (auto* v = std::get_if<cluster_view>(&got)) {
       if (vm.count("json"))
-        std::cout << json_text(status_json(*v)) << "\n";
+        std::cout << json_text(jobs_only ? jobs_json(*v) : status_json(*v)) << "\n";
       else
-        std::cout << render_status(*v);
+        std::cout << (jobs_only ? render_jobs(*v) : render_status(*v));
       std::cout << std::flush;
     } else {
-      std::cerr << "caf-hvd status: error: " << std::get<std::string>(got) << "\n";
+      std::cerr << "caf-hvd " << (jobs_only ? "jobs" : "status")
+                << ": error: " << std::get<std::string>(got) << "\n";
       rc = 1;
     }
     exit_watchdog(rc);

@@ -349,6 +349,15 @@ cluster_view membership_table::view(int64_t now_ms) const {
   v.now_ms = now_ms;
   for (auto& [name, e] : rows_)
     v.nodes.push_back(e.row);
+  for (auto& a : queue_)
+    v.waiting.push_back(job_summary{a.job, a.owner, a.request.np, {}, a.first_ms});
+  for (auto& [job, h] : held_) {
+    uint32_t n = 0;
+    for (auto& [node, k] : h.slots)
+      n += k;
+    if (n > 0)
+      v.placed.push_back(job_summary{job, h.owner, n, {}, h.since_ms});
+  }
   return v;
 }
 
@@ -553,7 +562,7 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
   // First come, first served: a job waits behind those that asked before it.
   auto q = std::find_if(queue_.begin(), queue_.end(), [&](auto& a) { return a.job == r.job; });
   if (q == queue_.end())
-    q = queue_.insert(queue_.end(), asked{r.job, owner, now_ms, r});
+    q = queue_.insert(queue_.end(), asked{r.job, owner, now_ms, r, now_ms});
   q->last_ms = now_ms;
   auto ahead = static_cast<size_t>(q - queue_.begin());
   if (free < r.np || ahead > 0) {
@@ -595,6 +604,7 @@ placement membership_table::place(const placement_request& r, int64_t now_ms,
   held h;
   h.owner = owner;
   h.until_ms = now_ms + r.hold_ms;
+  h.since_ms = now_ms;
   for (auto& n : nodes)
     if (auto it = take.find(n.name); it != take.end() && it->second > 0) {
       p.hosts.push_back({n.name, n.row->info.address, n.row->info.port, it->second, false});
@@ -745,33 +755,88 @@ std::string render_status(const cluster_view& v) {
   }
   if (refused.size() > 1)
     out += table(refused);
-  // Jobs, from every node's report: where each one's ranks run.
-  struct job_row {
-    std::string owner;
-    int64_t since = 0;
-    uint32_t ranks = 0;
-    std::vector<std::string> where;
-  };
+  return out + render_jobs(v);
+}
+
+namespace {
+
+// Every job the view knows: running (from every node's report: where each one's ranks
+// run), starting (slots held for ranks not started yet) and waiting in line.
+struct job_row {
+  std::string owner;
+  int64_t since = 0;
+  uint32_t ranks = 0, held = 0, asked = 0;
+  std::vector<std::pair<std::string, uint32_t>> where;
+  std::string state() const {
+    if (asked)
+      return fmt::format("waiting for {} slot{}", asked, asked == 1 ? "" : "s");
+    if (held)
+      return fmt::format("starting ({} slot{} held)", held, held == 1 ? "" : "s");
+    return "running";
+  }
+};
+
+std::map<std::string, job_row> jobs_of(const cluster_view& v) {
   std::map<std::string, job_row> jobs;
+  auto since = [](job_row& r, int64_t ms) { r.since = r.since ? std::min(r.since, ms) : ms; };
   for (auto& n : v.nodes)
     for (auto& j : n.info.jobs) {
       auto& r = jobs[j.job];
       r.owner = j.owner;
-      r.since = r.since ? std::min(r.since, j.since_ms) : j.since_ms;
+      since(r, j.since_ms);
       r.ranks += j.ranks;
-      r.where.push_back(fmt::format("{}:{}", printable(n.info.name), j.ranks));
+      r.where.emplace_back(n.info.name, j.ranks);
     }
-  if (jobs.empty()) {
-    out += "no jobs running\n";
-    return out;
+  for (auto& j : v.placed) {
+    auto& r = jobs[j.job];
+    r.owner = j.owner;
+    since(r, j.since_ms);
+    r.held += j.ranks;
   }
-  std::vector<std::vector<std::string>> jr{{"JOB", "OWNER", "RANKS", "WHERE", "SINCE"}};
-  for (auto& [id, r] : jobs)
+  for (auto& j : v.waiting) {
+    auto& r = jobs[j.job];
+    r.owner = j.owner;
+    since(r, j.since_ms);
+    r.asked = j.ranks;
+  }
+  return jobs;
+}
+
+} // namespace
+
+std::string render_jobs(const cluster_view& v) {
+  auto jobs = jobs_of(v);
+  if (jobs.empty())
+    return "no jobs running\n";
+  std::vector<std::vector<std::string>> jr{{"JOB", "OWNER", "RANKS", "WHERE", "SINCE", "STATE"}};
+  for (auto& [id, r] : jobs) {
+    std::vector<std::string> where;
+    for (auto& [node, k] : r.where)
+      where.push_back(fmt::format("{}:{}", printable(node), k));
     jr.push_back({printable(id), r.owner.empty() ? std::string{"-"} : printable(r.owner),
-                  std::to_string(r.ranks), fmt::format("{}", fmt::join(r.where, ",")),
-                  ago(v.now_ms, r.since)});
-  out += table(jr);
-  return out;
+                  std::to_string(r.ranks),
+                  where.empty() ? std::string{"-"} : fmt::format("{}", fmt::join(where, ",")),
+                  ago(v.now_ms, r.since), r.state()});
+  }
+  return table(jr);
+}
+
+nlohmann::json jobs_json(const cluster_view& v) {
+  auto out = nlohmann::json::array();
+  for (auto& [id, r] : jobs_of(v)) {
+    auto where = nlohmann::json::object();
+    for (auto& [node, k] : r.where)
+      where[node] = k;
+    out.push_back({{"job", id},
+                   {"owner", r.owner},
+                   {"ranks", r.ranks},
+                   {"nodes", where},
+                   {"slots_held", r.held},
+                   {"waiting_for", r.asked},
+                   {"since_ms", r.since},
+                   {"state", r.asked ? "waiting" : r.held ? "starting" : "running"}});
+  }
+  return {{"holder", v.holder}, {"now_ms", v.now_ms}, {"jobs", out}};
 }
 
 nlohmann::json status_json(const cluster_view& v) {

@@ -100,6 +100,10 @@ struct cluster_view {
   std::string redirect; // set instead of a table: this agent joined the one at HOST:PORT
   int64_t now_ms = 0;
   std::vector<member_row> nodes; // by name
+  // jobs the table knows before their ranks run: waiting in line (ranks: the -np asked,
+  // since: when it first asked) and placed with slots held for ranks not started yet
+  // (ranks: the slots still held, since: when it was placed)
+  std::vector<job_summary> waiting, placed;
 };
 
 /// `--label KEY=VALUE` values, checked and sorted (a key at most once). Keys: 1 to 63
@@ -211,7 +215,7 @@ private:
   struct held {
     std::string owner;
     std::map<std::string, uint32_t> slots; // node -> slots not yet reported by its agent
-    int64_t until_ms = 0;
+    int64_t until_ms = 0, since_ms = 0;
     placement answer;
   };
   std::map<std::string, held> held_; // by job
@@ -231,6 +235,7 @@ private:
     std::string job, owner;
     int64_t last_ms = 0;
     placement_request request; // what it waits for: elastic jobs do not grow into it
+    int64_t first_ms = 0;      // when it first asked
   };
   std::vector<asked> queue_;
   void settle(int64_t now_ms, int64_t forget_ms);
@@ -247,5 +252,8 @@ private:
 std::string render_status(const cluster_view& v);
 /// ... and as `--json` prints it.
 nlohmann::json status_json(const cluster_view& v);
+/// The job table alone (`caf-hvd jobs`): running, starting (slots held) and waiting jobs.
+std::string render_jobs(const cluster_view& v);
+nlohmann::json jobs_json(const cluster_view& v);
 
 } // namespace cafhvd

@@ -356,8 +356,8 @@ class DocsTest(unittest.TestCase):
             self.assertIn(f"[0]<stdout>:{entry}", r.stdout.splitlines(), claim)
 
 
-SUBCOMMANDS = ("run", "driver", "node", "status", "drain", "undrain", "cancel", "cluster",
-               "timeline", "hosts")
+SUBCOMMANDS = ("run", "driver", "node", "status", "jobs", "drain", "undrain", "cancel",
+               "cluster", "timeline", "hosts")
 FLAG = re.compile(r"^--?[A-Za-z][\w-]*$")
 
 

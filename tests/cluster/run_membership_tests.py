@@ -393,6 +393,20 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         line = c.stderr.readline()
         self.assertRegex(line, r"caf-hvd: waiting for 2 slots: 0 free of 6, 4 held by job \S+, "
                                r"2 held by job \S+")
+        # `caf-hvd jobs`: a and b run where their ranks are, c waits in line
+        rc, out, err = self.h.run(0, [CAF_HVD, "jobs", "--cluster", f"{self.head}:{PORT}",
+                                      "--cluster-dir", self.driver_dir, "--json"])
+        self.assertEqual(rc, 0, err)
+        states = [(j["owner"], j["ranks"], j["waiting_for"], j["state"], sum(j["nodes"].values()))
+                  for j in json.loads(out)["jobs"]]
+        self.assertEqual(sorted(states), [("alice", 0, 2, "waiting", 0),
+                                          ("alice", 2, 0, "running", 2),
+                                          ("alice", 4, 0, "running", 4)], out)
+        rc, out, err = self.h.run(0, [CAF_HVD, "jobs", "--cluster", f"{self.head}:{PORT}",
+                                      "--cluster-dir", self.driver_dir])
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"alice\s+0\s+-\s+\S+ ago\s+waiting for 2 slots")
+        self.assertRegex(out, r"alice\s+4\s+\S+:2,\S+:2\s+\S+ ago\s+running")
         open(marks[0], "w").close()
         out, err = a.communicate(timeout=60)
         self.assertEqual(a.returncode, 0, err)
