@@ -124,6 +124,7 @@ struct table_state {
   std::map<caf::actor_addr, watcher> watchers;
   uint64_t nudges = 0;
   std::vector<std::string> members_kept; // as last written to the state directory
+  std::string placements_kept;           // ditto
   void forget(uint64_t id) {
     if (auto m = members.find(id); m != members.end()) {
       by_token.erase(m->second.token);
@@ -164,6 +165,21 @@ void keep_members(table_ptr self) {
   if (auto why = write_table_members(n.state_dir, names); !why.empty())
     say(n, fmt::format("warning: the table's members are not kept for its restart: {}", why));
   st.members_kept = std::move(names);
+}
+
+// What placement holds (held slots, the waiting line), in the state directory for a table
+// that restarts: written whenever it changed, after a placement and at each tick.
+void keep_placements(table_ptr self) {
+  auto& n = settings_of(self->system());
+  auto& st = self->state;
+  if (n.state_dir.empty())
+    return;
+  auto text = st.table.placements_text();
+  if (text == st.placements_kept)
+    return;
+  if (auto why = write_table_placements(n.state_dir, text); !why.empty())
+    say(n, fmt::format("warning: the table's placements are not kept for its restart: {}", why));
+  st.placements_kept = std::move(text);
 }
 
 // Nudges every watching job whose hosts differ from what it got last (it asks again with
@@ -293,6 +309,16 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
       st.members_kept = had;
       if (!had.empty())
         st.table.rejoin_until(unix_ms() + rejoin_grace_ms, unix_ms(), std::move(had));
+      // slots held for placed jobs and the waiting line, as the last table left them
+      if (auto kept = read_table_placements(n.state_dir); !kept.empty()) {
+        try {
+          st.table.restore_placements(kept, unix_ms());
+          st.placements_kept = kept;
+        } catch (const std::exception& e) {
+          say(n, fmt::format("warning: {}/placements: {}; the table starts with no holds",
+                             n.state_dir, e.what()));
+        }
+      }
     }
     self->set_default_handler(drop_unexpected);
     self->send(self, deadline_atom::value, st.timer);
@@ -466,6 +492,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                                where));
           }
           nudge_watchers(self); // placed or waiting: elastic jobs may grow less
+          keep_placements(self);
           return p;
         },
         [self, node_id, refresh_self](discover_atom, placement_request& r,
@@ -586,6 +613,7 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           self->state.table.expire(unix_ms(), keep_gone_ms);
           nudge_watchers(self); // the holder's own row, holds that ran out
           keep_members(self);
+          keep_placements(self);
           self->delayed_send(self, report_tick, deadline_atom::value, token);
         },
     };

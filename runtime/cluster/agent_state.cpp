@@ -73,6 +73,23 @@ std::string write_drain_mark(const std::string& dir, bool on, const std::string&
   return replace_file(path, why + "\n");
 }
 
+std::string read_table_placements(const std::string& dir) {
+  FILE* f = std::fopen((dir + "/placements").c_str(), "re");
+  if (!f)
+    return {};
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0 && text.size() < (64u << 20))
+    text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+std::string write_table_placements(const std::string& dir, const std::string& text) {
+  return replace_file(dir + "/placements", text);
+}
+
 std::vector<std::string> read_table_members(const std::string& dir) {
   std::vector<std::string> names;
   FILE* f = std::fopen((dir + "/members").c_str(), "re");

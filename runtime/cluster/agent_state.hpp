@@ -4,7 +4,9 @@
 //   by whom; a restarted agent that finds it starts drained, whatever table it joins; an
 //   undrain removes it;
 // - DIR/members, on the agent that holds the table: its members' names, which a
-//   restarted table waits for before its answers are final.
+//   restarted table waits for before its answers are final;
+// - DIR/placements, on that agent too: the slots the table holds for placed jobs whose
+//   ranks have not started, and the jobs waiting in line (membership_table's record).
 #pragma once
 
 #include <optional>
@@ -30,5 +32,10 @@ std::string write_drain_mark(const std::string& dir, bool on, const std::string&
 std::vector<std::string> read_table_members(const std::string& dir);
 /// Replaces the list (atomically). Returns "" or why it failed.
 std::string write_table_members(const std::string& dir, const std::vector<std::string>& names);
+
+/// The table's placements record (DIR/placements), or "" when none is kept.
+std::string read_table_placements(const std::string& dir);
+/// Replaces it (atomically). Returns "" or why it failed.
+std::string write_table_placements(const std::string& dir, const std::string& text);
 
 } // namespace cafhvd

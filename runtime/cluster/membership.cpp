@@ -393,7 +393,11 @@ void membership_table::settle(int64_t now_ms, int64_t forget_ms) {
         for (auto& j : row->second.row.info.jobs)
           if (j.job == it->first && j.ranks >= n->second)
             reported = true;
-      if (reported || row == rows_.end() || row->second.row.state != "alive")
+      // (a node that has not joined a restarted table again yet keeps its holds while the
+      // table waits for it)
+      bool away = row == rows_.end() ? rejoining(now_ms).empty()
+                                     : row->second.row.state != "alive";
+      if (reported || away)
         n = h.slots.erase(n);
       else
         ++n;
@@ -621,6 +625,90 @@ void membership_table::rejoin_until(int64_t until_ms, int64_t started_ms,
   rejoin_until_ms_ = until_ms;
   started_ms_ = started_ms;
   expected_ = std::move(expected);
+}
+
+namespace {
+
+nlohmann::json request_json(const placement_request& r) {
+  return {{"job", r.job},         {"np", r.np},
+          {"spread", r.spread},   {"labels", r.labels},
+          {"hold_ms", r.hold_ms}, {"cpus_per_slot", r.cpus_per_slot},
+          {"gpus_per_slot", r.gpus_per_slot}};
+}
+
+placement_request request_of(const nlohmann::json& j) {
+  placement_request r;
+  r.job = j.at("job").get<std::string>();
+  r.np = j.at("np").get<uint32_t>();
+  r.spread = j.at("spread").get<bool>();
+  r.labels = j.at("labels").get<std::vector<std::string>>();
+  r.hold_ms = j.at("hold_ms").get<uint32_t>();
+  r.cpus_per_slot = j.at("cpus_per_slot").get<uint32_t>();
+  r.gpus_per_slot = j.at("gpus_per_slot").get<uint32_t>();
+  return r;
+}
+
+} // namespace
+
+std::string membership_table::placements_text() const {
+  auto held = nlohmann::json::array();
+  for (auto& [job, h] : held_) {
+    auto hosts = nlohmann::json::array();
+    for (auto& p : h.answer.hosts)
+      hosts.push_back({{"name", p.name},
+                       {"address", p.address},
+                       {"port", p.port},
+                       {"slots", p.slots},
+                       {"holder", p.holder}});
+    auto need = needs_.find(job);
+    held.push_back({{"job", job},
+                    {"owner", h.owner},
+                    {"slots", h.slots},
+                    {"until_ms", h.until_ms},
+                    {"since_ms", h.since_ms},
+                    {"hosts", hosts},
+                    {"needs", need == needs_.end() ? std::vector<uint32_t>{0, 0}
+                                                   : std::vector<uint32_t>{need->second.first,
+                                                                           need->second.second}}});
+  }
+  auto queue = nlohmann::json::array();
+  for (auto& a : queue_)
+    queue.push_back({{"owner", a.owner}, {"first_ms", a.first_ms}, {"request", request_json(a.request)}});
+  return nlohmann::json{{"held", held}, {"queue", queue}}.dump() + "\n";
+}
+
+void membership_table::restore_placements(const std::string& text, int64_t now_ms) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    for (auto& e : j.at("held")) {
+      held h;
+      h.owner = e.at("owner").get<std::string>();
+      h.slots = e.at("slots").get<std::map<std::string, uint32_t>>();
+      h.until_ms = e.at("until_ms").get<int64_t>();
+      h.since_ms = e.at("since_ms").get<int64_t>();
+      for (auto& p : e.at("hosts"))
+        h.answer.hosts.push_back({p.at("name").get<std::string>(),
+                                  p.at("address").get<std::string>(), p.at("port").get<uint16_t>(),
+                                  p.at("slots").get<uint32_t>(), p.at("holder").get<bool>()});
+      auto need = e.at("needs").get<std::vector<uint32_t>>();
+      auto job = e.at("job").get<std::string>();
+      if (need.size() == 2)
+        needs_[job] = {need[0], need[1]};
+      if (h.until_ms > now_ms)
+        held_[job] = std::move(h);
+    }
+    for (auto& e : j.at("queue")) {
+      asked a;
+      a.request = request_of(e.at("request"));
+      a.job = a.request.job;
+      a.owner = e.at("owner").get<std::string>();
+      a.first_ms = e.at("first_ms").get<int64_t>();
+      a.last_ms = now_ms; // its driver asks again once it reaches the new table
+      queue_.push_back(std::move(a));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format("not a record of the table's placements: {}", e.what()));
+  }
 }
 
 std::string membership_table::rejoining(int64_t now_ms) const {

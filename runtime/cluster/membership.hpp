@@ -208,6 +208,14 @@ public:
   /// The names of the members a restarted table waits for: alive, or lost (not those that
   /// said they stop); for the holder's state directory.
   std::vector<std::string> member_names() const;
+  /// What placement holds (slots held for placed jobs whose ranks have not started, and
+  /// the jobs waiting in line, in order), for the holder's state directory; and back, in
+  /// a table that restarted: a held slot on a node that has not joined again yet stays
+  /// held while the table waits for its members (rejoin_until), and waiting jobs keep
+  /// their places if they ask again within `forget_ms` of `now_ms`. Throws
+  /// std::runtime_error for a text that is not such a record.
+  std::string placements_text() const;
+  void restore_placements(const std::string& text, int64_t now_ms);
 
 private:
   int64_t rejoin_until_ms_ = 0, started_ms_ = 0;

@@ -827,6 +827,15 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
                            name="c", after=marks[0])
         self.assertRegex(c.stderr.readline(), r"caf-hvd: waiting for 2 slots labelled zone=b: "
                                               r"0 free of 2, 2 held by job \S+")
+
+        def waiting():
+            rc, out, err = self.h.run(0, [CAF_HVD, "jobs", "--cluster", f"{self.head}:{PORT}",
+                                          "--cluster-dir", self.driver_dir, "--json"])
+            self.assertEqual(rc, 0, err)
+            return [(j["job"], j["since_ms"]) for j in json.loads(out)["jobs"]
+                    if j["state"] == "waiting"]
+        in_line = waiting()
+        self.assertEqual(len(in_line), 1, in_line)
         # node 2's agent is paused across the restart (for less than its links' timeouts),
         # so the new table first knows only node 1: one slot labelled zone=b where c needs 2
         os.kill(members[1].pid, signal.SIGSTOP)
@@ -858,6 +867,9 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
                                   r"until --slot-wait ends")
         self.assertIn(f"caf-hvd: the cluster at {self.head}:{PORT} answers again\n", said)
         self.assertIsNone(c.poll())
+        # the new table read the waiting line from its agent's state directory: c is in it
+        # since it first asked the old table, not since it asked the new one
+        self.assertEqual(waiting(), in_line)
         open(marks[0], "w").close()
         out, err = a.communicate(timeout=60)
         self.assertEqual(a.returncode, 0, err)

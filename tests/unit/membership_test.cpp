@@ -455,6 +455,61 @@ TEST_CASE("placement: a table whose agent restarted makes a job that does not fi
   CHECK(where(v.place(job("j5", 1), 0)) == "error: the cluster has no live node to place on");
 }
 
+TEST_CASE("placement: a restarted table keeps the slots held for placed jobs and the "
+          "waiting line, from its record") {
+  membership_table t;
+  CHECK(t.join(1, node("ha", 2), cert("ha"), 0) == "");
+  CHECK(t.join(2, node("hb", 2), cert("hb"), 0) == "");
+  CHECK(where(t.place(job("a", 3), 100, "alice")) == "ha:2,hb:1"); // held, not started
+  CHECK(t.place(job("w", 2), 200, "bob").waiting);                  // waits in line
+  auto record = t.placements_text();
+  // the agent restarts: a new table, its members joining again one by one
+  membership_table u;
+  u.rejoin_until(10'000, 1'000, {"ha", "hb"});
+  u.restore_placements(record, 1'000);
+  CHECK(u.join(1, node("ha", 2), cert("ha"), 1'100) == "");
+  // a's slots are still held: a third job that needs them waits, even once hb is back
+  CHECK(u.place(job("c", 1), 1'200, "carol").waiting);
+  CHECK(u.join(2, node("hb", 2), cert("hb"), 1'300) == "");
+  auto c = u.place(job("c", 1), 1'400, "carol");
+  CHECK(c.waiting);
+  CHECK(c.waiting_for.find("1 job asked first") != std::string::npos); // w kept its place
+  // a asks again (its driver reconnected): the same hosts, not a second set
+  CHECK(where(u.place(job("a", 3), 1'500, "alice")) == "ha:2,hb:1");
+  // the view lists both
+  auto v = u.view(1'600);
+  REQUIRE(v.placed.size() == 1);
+  CHECK((v.placed[0].job == "a" && v.placed[0].ranks == 3 && v.placed[0].since_ms == 100));
+  REQUIRE(v.waiting.size() == 2);
+  CHECK((v.waiting[0].job == "w" && v.waiting[0].since_ms == 200));
+  // a's ranks start (the agents report them): its hold is let go, w is served first
+  auto ha = node("ha", 2), hb = node("hb", 2);
+  ha.jobs = {job_summary{"a", "alice", 2, {}, 1'700}};
+  hb.jobs = {job_summary{"a", "alice", 1, {}, 1'700}};
+  CHECK(u.update(1, ha, 1'700));
+  CHECK(u.update(2, hb, 1'700));
+  CHECK(u.place(job("c", 1), 1'800, "carol").waiting);
+  CHECK(where(u.place(job("w", 1), 1'900, "bob")).rfind("waiting", 0) != 0);
+  // a record that is not one is refused, saying so
+  membership_table x;
+  CHECK_THROWS_WITH(x.restore_placements("{\"held\": 3}", 0),
+                    doctest::Contains("not a record of the table's placements"));
+}
+
+TEST_CASE("placement: without a rejoin window, a restored hold on a node that is not in the "
+          "table is let go") {
+  membership_table t;
+  CHECK(t.join(1, node("ha", 2), cert("ha"), 0) == "");
+  CHECK(where(t.place(job("a", 2), 100, "alice")) == "ha:2");
+  membership_table u;
+  u.restore_placements(t.placements_text(), 1'000);
+  CHECK(u.join(1, node("hb", 2), cert("hb"), 1'000) == "");
+  CHECK(where(u.place(job("b", 2), 1'100, "bob")) == "hb:2");
+  auto placed = u.view(1'200).placed; // b's hold alone: a's went with its node
+  REQUIRE(placed.size() == 1);
+  CHECK(placed[0].job == "b");
+}
+
 TEST_CASE("table members: kept in the state directory for a table that restarts") {
   char tmpl[] = "/tmp/caf-hvd-members-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
