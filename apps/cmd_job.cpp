@@ -88,12 +88,20 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
   auto deadline = std::chrono::steady_clock::now() + wait;
   cluster_actor table;
   caf::node_id nid;
+  // The table's node when it went away: the middleman may still hand out its cached
+  // connection to that node for a moment (the joiner guards the same way).
+  caf::node_id gone_nid;
   auto connect = [&]() -> std::string {
     std::string why;
     self->request(net::module().connector(sys, creds.has_value()), std::chrono::seconds(10),
                   caf::connect_atom::value, where.host, where.port)
         .receive(
             [&](caf::node_id& n, caf::strong_actor_ptr& published, std::set<std::string>&) {
+              if (gone_nid && n == gone_nid) {
+                why = fmt::format("the agent at {} is the one that went away (not gone yet)",
+                                  peer);
+                return;
+              }
               nid = n;
               table = caf::actor_cast<cluster_actor>(published);
               if (!table)
@@ -130,7 +138,8 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
                                          ticket_body("place", to_string(nid), r.place.job, unix_s()));
     placement p;
     std::string lost; // the table did not answer: its agent restarts, or its link broke
-    if (table_gone())
+    bool broke = table_gone();
+    if (broke)
       lost = fmt::format("the cluster's table at {} went away (its link broke)", peer);
     auto asked = std::chrono::steady_clock::now();
     // (the table answers in milliseconds; a request to a node that died is only ever
@@ -149,6 +158,8 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
       if (said.empty() || std::chrono::steady_clock::now() >= deadline)
         return fmt::format("cannot place the job on the cluster at {}: {}", peer, lost);
       std::cerr << fmt::format("caf-hvd: {}; asking it again until --slot-wait ends\n", lost);
+      if (broke) // (one that did not answer in time may answer again: asked again as it is)
+        gone_nid = nid;
       std::string why;
       while (true) {
         auto set = termination_signals();
