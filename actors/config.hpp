@@ -14,7 +14,7 @@
 
 #include <caf/all.hpp>
 
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 #include "runtime/cluster/gpu.hpp"
 #include "runtime/launch/identity.hpp"
 #include "runtime/cluster/membership.hpp"

@@ -2,7 +2,7 @@
 // phases, each bounded by a deadline and able to say whom it is waiting for.
 #pragma once
 
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 
 #include <chrono>
 #include <functional>

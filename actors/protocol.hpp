@@ -38,7 +38,7 @@
 #include <caf/all.hpp>
 
 #include "runtime/job/assignment.hpp"
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 #include "runtime/cluster/membership.hpp"
 #include "runtime/network/nic.hpp"
 #include "runtime/network/nic_probe.hpp"

@@ -13,7 +13,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 
 namespace cafhvd::cli {
 

@@ -1,5 +1,5 @@
 // caf-hvd cluster: a cluster's credentials (init, add-node, add-driver, revoke), through
-// runtime/cluster/credentials.
+// runtime/cluster/credential_files.
 #include <iostream>
 #include <optional>
 #include <string>
@@ -10,7 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "apps/cli.hpp"
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 #include "runtime/network/net.hpp"
 
 namespace cafhvd::cli {

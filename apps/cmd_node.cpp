@@ -25,7 +25,7 @@
 #include "actors/protocol.hpp"
 #include "apps/cli.hpp"
 #include "runtime/observe/text.hpp"
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 #include "runtime/cluster/agent_state.hpp"
 #include "runtime/network/net.hpp"
 #include "runtime/cluster/gpu.hpp"

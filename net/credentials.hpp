@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 
 struct x509_st; // OpenSSL's X509
 

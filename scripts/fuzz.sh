@@ -32,7 +32,7 @@ sources=(runtime/job/host_spec.cpp runtime/job/assignment.cpp runtime/horovod/kv
          runtime/observe/output_writer.cpp runtime/job/allocation.cpp runtime/observe/timeline.cpp
          runtime/network/allowlist.cpp runtime/observe/text.cpp runtime/horovod/horovod_wire.cpp runtime/network/socket_abort.cpp
          # Horovod's wire signs with the network module's HMAC, linked in here
-         runtime/network/net.cpp runtime/launch/process.cpp runtime/cluster/credentials.cpp
+         runtime/network/net.cpp runtime/launch/process.cpp runtime/cluster/credential_files.cpp
          net/module.cpp net/credentials.cpp net/tls_context.cpp)
 for t in "${targets[@]}"; do
   echo "building fuzz-$t"

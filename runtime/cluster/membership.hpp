@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 
 namespace cafhvd {
 

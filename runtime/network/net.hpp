@@ -22,7 +22,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/expected.hpp>
 
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 
 namespace cafhvd::net {
 
@@ -56,7 +56,7 @@ struct api {
                                    const std::string& name, const std::string& out);
   std::vector<std::string> (*revoke_credentials)(const std::string& dir, const std::string& name);
   cluster_credentials (*load_cluster)(const std::string& dir, cert_role role);
-  /// Signed statements (runtime/cluster/credentials.hpp): sign with `creds`' key; check one
+  /// Signed statements (runtime/cluster/credential_files.hpp): sign with `creds`' key; check one
   /// against `creds`' cluster (throws credentials_error saying why it fails).
   signed_ticket (*sign_ticket)(const cluster_credentials& creds, const std::string& body);
   ticket_holder (*check_ticket)(const cluster_credentials& creds, const signed_ticket& t,

@@ -16,7 +16,7 @@
 
 #include "actors/config.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 #include "runtime/network/net.hpp"
 
 using namespace cafhvd;

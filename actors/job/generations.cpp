@@ -1,7 +1,7 @@
 // The job actor's generations: whether the hosts at hand call for a new plan, the plan
 // from the coordinator, the generation's start (carried and fresh slots, the barrier
 // handed to the coordinator), its release, re-join requests and late joiners.
-#include "actors/job_actor.hpp"
+#include "actors/job/job_actor.hpp"
 
 namespace cafhvd::driver_impl {
 

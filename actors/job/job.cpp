@@ -1,7 +1,7 @@
 // The job actor's core: its behaviour (every message it takes), its start, and its end
 // (failure, interrupt, teardown with its grace periods, the exit code). The rest of the
-// job lives in actors/job_*.cpp by concern; the class is in actors/job_actor.hpp.
-#include "actors/job_actor.hpp"
+// job lives in actors/job_*.cpp by concern; the class is in actors/job/job_actor.hpp.
+#include "actors/job/job_actor.hpp"
 #include "actors/senders.hpp"
 
 namespace cafhvd::driver_impl {

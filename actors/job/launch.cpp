@@ -1,7 +1,7 @@
 // The job actor's processes: workers spawned per host (one request) and registered
 // with the coordinator, each rank's environment, launches per host, retirement, and
 // how every exit is judged (success, fail fast, or an elastic failure).
-#include "actors/job_actor.hpp"
+#include "actors/job/job_actor.hpp"
 
 namespace cafhvd::driver_impl {
 

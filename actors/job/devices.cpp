@@ -1,6 +1,6 @@
 // The job actor's choices per host: GPUs lent by each node, and the network interface
 // (NIC discovery: loopback, the named interfaces, or probes between the hosts).
-#include "actors/job_actor.hpp"
+#include "actors/job/job_actor.hpp"
 
 namespace cafhvd::driver_impl {
 

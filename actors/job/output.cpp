@@ -1,6 +1,6 @@
 // The job actor's output and report: ranks' lines to the terminal and to
 // --output-filename files, the static phases in the event log, the closing summary.
-#include "actors/job_actor.hpp"
+#include "actors/job/job_actor.hpp"
 
 namespace cafhvd::driver_impl {
 

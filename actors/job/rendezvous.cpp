@@ -16,7 +16,7 @@
 // write /global/rank_<r>. Executors are not (their ranks rendezvous inside calls). A
 // program that speaks Gloo through the server must finish each rendezvous as Horovod's
 // does (DELETE /<scope>/<rank>): a process that never does is taken to hold no state.
-#include "actors/job_actor.hpp"
+#include "actors/job/job_actor.hpp"
 
 namespace cafhvd::driver_impl {
 

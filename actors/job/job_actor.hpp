@@ -1,4 +1,4 @@
-// The job actor, declared for the files that define it (actors/job*.cpp; nothing
+// The job actor, declared for the files that define it (actors/job/*.cpp; nothing
 // else includes this). Its state and functions are grouped by concern below; each
 // concern's functions live in the file named in its section.
 //
@@ -184,7 +184,7 @@ public:
   behavior_type make_behavior() override;
 
 private:
-  // -- the core: behaviour, start, end (actors/job.cpp) ---------------------------------
+  // -- the core: behaviour, start, end (actors/job/job.cpp) ---------------------------------
   void begin();
   long elapsed_ms() const;
   std::string describe(const caf::error& e);
@@ -216,7 +216,7 @@ private:
     write_all(2, fmt::format("caf-hvd: {}\n", fmt::format(f, std::forward<Ts>(xs)...)));
   }
 
-  // -- host membership: discovery, connects, readiness, loss (actors/job_hosts.cpp) -----
+  // -- host membership: discovery, connects, readiness, loss (actors/job/hosts.cpp) -----
   // At most connect_window handshakes at once: CAF 0.17 runs every TLS handshake of this
   // process on its one multiplexer thread, so more in flight only starves the heartbeats
   // of the links already up (at 128 agents they timed out) without finishing sooner.
@@ -246,7 +246,7 @@ private:
   void blacklist(const std::string& ep);
   void on_down(const caf::down_msg& dm);
 
-  // -- per host: GPUs lent, the network interface (actors/job_devices.cpp) ------------
+  // -- per host: GPUs lent, the network interface (actors/job/devices.cpp) ------------
   std::string gpu_shortage(const ehost& h, size_t need);
   void lend_fixed_gpus();
   void lend_elastic_gpus(const std::string& ep);
@@ -255,7 +255,7 @@ private:
   void fixed_hosts_ready();
   void choose_nic(const std::string& ep);
 
-  // -- generations: plans, the barrier, the release (actors/job_generations.cpp) ------
+  // -- generations: plans, the barrier, the release (actors/job/generations.cpp) ------
   void reconsider();
   void assign(const std::vector<host_slots>& hs, int min_np, int max_np);
   void plan_ready(std::vector<slot_info> plan, const std::vector<host_slots>& hs);
@@ -276,7 +276,7 @@ private:
   bool drop_if_unlaunched(eslot& s);
   void on_notified(uint64_t g, const std::string& key, const std::string& problem);
 
-  // -- processes: workers, environments, launches, exits (actors/job_launch.cpp) -----
+  // -- processes: workers, environments, launches, exits (actors/job/launch.cpp) -----
   void start_slots(const std::string& hostname,
                    const std::vector<std::pair<std::string, slot_info>>& rows);
   void fail_running(const std::vector<uint32_t>& ids, const std::string& why);
@@ -298,7 +298,7 @@ private:
   void note_failure(const std::string& what);
 
   // -- the ranks' Gloo rendezvous: who reached it, who finished it, what a process that
-  //    never does costs (actors/job_rendezvous.cpp) ----------------------------------
+  //    never does costs (actors/job/rendezvous.cpp) ----------------------------------
   void on_reached(uint64_t g, const std::string& key, bool cross, bool connected);
   void arm_rendezvous_deadline(const eslot& s);
   void rendezvous_overdue(uint32_t id);
@@ -319,7 +319,7 @@ private:
   bool only_newcomers_on(const std::string& ep) const;
   void newcomer_failed(eslot& s, const std::string& what);
 
-  // -- the executor relay: the owner's channel and calls (actors/job_executor.cpp) ----
+  // -- the executor relay: the owner's channel and calls (actors/job/executor.cpp) ----
   bool executor() const;
   bool calls_only() const;
   void open_control();
@@ -342,7 +342,7 @@ private:
   void on_owner_gone(const std::string& problem);
   void end_for_owner(int code);
 
-  // -- output and report: lines, files, phases, summary (actors/job_output.cpp) -------
+  // -- output and report: lines, files, phases, summary (actors/job/output.cpp) -------
   void phase(const char* name);
   void summarize(int code);
   void print_output(const output_batch& b);
@@ -350,7 +350,7 @@ private:
   void link_rank_outputs();
 
   // -- state, by concern ------------------------------------------------------------------
-  // the core (actors/job.cpp): what was asked, how the job ends
+  // the core (actors/job/job.cpp): what was asked, how the job ends
   job_config job_;
   bool elastic_; // hosts from discovery, blacklist and continue; else fixed, fail fast
   elastic_config ec_;
@@ -370,7 +370,7 @@ private:
   std::optional<std::string> first_failure_, last_failure_;
   int store_problems_ = 0;
 
-  // host membership (actors/job_hosts.cpp, job_devices.cpp)
+  // host membership (actors/job/hosts.cpp, devices.cpp)
   std::map<std::string, ehost> hosts_;    // by endpoint
   std::vector<std::string> listed_order_; // endpoints in the latest discovery output's order
   std::vector<std::string> ever_listed_;  // every endpoint ever listed, first listing first
@@ -388,7 +388,7 @@ private:
   std::string serve_bind_;       // where the servers listen (set with the first ready host)
   std::optional<served> served_; // ... once they do
 
-  // generations (actors/job_generations.cpp)
+  // generations (actors/job/generations.cpp)
   generation gen_;             // the newest generation (released or forming)
   uint64_t assign_serial_ = 0; // the newest assignment asked of the coordinator
   uint64_t released_gen_ = 0;  // the last released one: its ranks hold the job's state
@@ -406,7 +406,7 @@ private:
   uint64_t held_complete_ = 0;      // ... the generation that completed meanwhile
   bool gloo_abort_refused_ = false; // said once that an agent cannot do them
 
-  // processes (actors/job_launch.cpp)
+  // processes (actors/job/launch.cpp)
   std::map<uint32_t, eslot> slots_;         // every slot process by id (workers' "rank")
   std::map<std::string, uint32_t> current_; // slot key -> its latest process
   uint32_t next_slot_id_ = 0;
@@ -416,7 +416,7 @@ private:
   bool all_started_ = false; // static: every rank was started (the start deadline is over)
   size_t launched_ = 0;      // static: processes started so far
 
-  // the ranks' Gloo rendezvous (actors/job_rendezvous.cpp)
+  // the ranks' Gloo rendezvous (actors/job/rendezvous.cpp)
   bool speaks_gloo_ = false;           // a rank began a Gloo rendezvous: a Horovod-like program
   bool global_done_ = false;           // a rank finished a rendezvous of scope global
   bool cross_done_ = false;            // ... and of a scope cross_<k>
@@ -430,7 +430,7 @@ private:
   bool notice_sent_ = false;           // the forming generation's notice went out
   bool gen_reason_after_failure_ = false; // ... and it formed after a failure
 
-  // the executor relay (actors/job_executor.cpp)
+  // the executor relay (actors/job/executor.cpp)
   std::unique_ptr<frame_channel> control_; // the owner's channel
   bool owner_started_ = false;
   bool owner_gone_ = false;
@@ -441,7 +441,7 @@ private:
   uint64_t next_log_ack_ = 0;
   std::map<uint64_t, caf::typed_response_promise<caf::ok_atom>> log_acks_;
 
-  // output and report (actors/job_output.cpp)
+  // output and report (actors/job/output.cpp)
   output_acks output_acks_;
   std::map<std::string, std::array<int, 2>> output_fds_; // slot -> stdout, stderr
   size_t linked_ranks_ = 0;                              // DIR/rank.N links made

@@ -1,7 +1,7 @@
 // The job actor's host membership: discovery runs, the static host list, reachability
 // checks, connects (a window of TLS handshakes), colocators and node info, readiness,
 // unusable and lost hosts, the blacklist, and starting the coordinator's servers.
-#include "actors/job_actor.hpp"
+#include "actors/job/job_actor.hpp"
 #include "actors/senders.hpp"
 #include "runtime/network/net.hpp"
 #include "runtime/observe/text.hpp"

@@ -1,6 +1,6 @@
 // The job actor's executor relay: the owner's channel (start, calls, shutdown), calls
 // relayed to the ranks' workers, their results and logs back, the rank table and the end.
-#include "actors/job_actor.hpp"
+#include "actors/job/job_actor.hpp"
 #include "actors/senders.hpp"
 #include "runtime/observe/text.hpp"
 

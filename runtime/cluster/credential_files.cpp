@@ -1,6 +1,6 @@
 // The binary's own part of the cluster credentials: where they are and the roles' names
 // (the OpenSSL work is in net/credentials.cpp, in the network module).
-#include "runtime/cluster/credentials.hpp"
+#include "runtime/cluster/credential_files.hpp"
 
 #include <cstdlib>
 
