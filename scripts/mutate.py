@@ -127,6 +127,29 @@ MUTANTS = [
       "if (said.empty() || std::chrono::steady_clock::now() >= deadline)", "if (true)",
       "membership:MembershipTest.test_a_job_waiting_for_slots_outlives_a_restart_of_the_"
       "tables_agent"),
+    m("placements-not-restored", "restarts", "actors/cluster.cpp",
+      "          st.table.restore_placements(kept, unix_ms());", "          (void)kept;",
+      "membership:MembershipTest.test_a_job_waiting_for_slots_outlives_a_restart_of_the_"
+      "tables_agent"),
+    m("restored-hold-dropped-while-rejoining", "restarts", "runtime/cluster/membership.cpp",
+      "bool away = row == rows_.end() ? rejoining(now_ms).empty()",
+      "bool away = row == rows_.end() ? true",
+      "unit:placement: a restarted table keeps*"),
+    # -- slots: a replaced rank's handover, a full node, cancel -------------------------
+    m("handover-refused-at-once", "slots", "actors/colocator.cpp",
+      "if (!st.book->fits_once_own_end(st.book_id, static_cast<uint32_t>(slots.size()),",
+      "if (true || !st.book->fits_once_own_end(st.book_id, static_cast<uint32_t>(slots.size()),",
+      "unit:a job's new worker waits for the node slot*"),
+    m("full-node-blacklisted", "slots", "actors/job/launch.cpp",
+      "              if (keeps)\n                return host_full(ep, ids, why);",
+      "              if (keeps)\n                return fail_running(ids, why);",
+      "elastic:ElasticTest.test_growing_onto_a_node_another_job_filled_keeps_the_node_and_"
+      "its_ranks"),
+    m("cancel-by-any-driver", "slots", "actors/cluster.cpp",
+      "if (n.creds && by.find(\"(its owner)\") != std::string::npos && !owner.empty()",
+      "if (false && by.find(\"(its owner)\") != std::string::npos && !owner.empty()",
+      "membership:MembershipTest.test_a_job_is_cancelled_by_its_owner_or_an_administrator_and_"
+      "by_no_other_driver"),
     # -- rendezvous scopes --------------------------------------------------------------
     m("scope-cleared-at-first-finish", "rendezvous scopes", "runtime/horovod/kv_store.cpp",
       "if (static_cast<int>(done.size()) >= size->second) {", "if (!done.empty()) {",
