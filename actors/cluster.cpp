@@ -198,13 +198,20 @@ void nudge_watchers(table_ptr self) {
   }
 }
 
-// A cancel's ticket as a node checks it, for the table at `audience`: an administrator's
-// ticket, or the job's owner's (the driver certificate named as the job's owner by this
-// node's colocator, if it runs the job). Returns who cancels, or throws saying why not.
-std::string check_cancel(const node_settings& n, const signed_ticket& ticket,
-                         const std::string& audience, const std::string& job) {
+// Who cancels a job: an administrator (any owner's job of that id), or a driver
+// certificate (only the job of that id that it owns: colocators of another owner's job
+// of the same id ignore it).
+struct canceller {
+  std::string by;   // as the job's driver says it: "'alice' (its owner)"
+  std::string only; // the owner whose job it is ("": any, an administrator or --insecure)
+};
+
+// A cancel's ticket as a node or the table checks it, for the table at `audience`: an
+// administrator's ticket, or a driver's for its own job. Throws saying why not.
+canceller check_cancel(const node_settings& n, const signed_ticket& ticket,
+                       const std::string& audience, const std::string& job) {
   if (!n.creds)
-    return "(insecure)";
+    return {"(insecure)", {}};
   ticket_holder holder;
   bool admin = true;
   try {
@@ -216,12 +223,8 @@ std::string check_cancel(const node_settings& n, const signed_ticket& ticket,
   if (holder.subject != job)
     throw credentials_error("it names another job");
   if (admin)
-    return fmt::format("'{}' (administrator)", printable(holder.name));
-  for (auto& j : n.jobs->snapshot())
-    if (j.job == job && j.owner != holder.name)
-      throw credentials_error(fmt::format("job {} is '{}''s, not '{}''s", printable(job),
-                                          printable(j.owner), printable(holder.name)));
-  return fmt::format("'{}' (its owner)", printable(holder.name));
+    return {fmt::format("'{}' (administrator)", printable(holder.name)), {}};
+  return {fmt::format("'{}' (its owner)", printable(holder.name)), holder.name};
 }
 
 // Whether the message `self` handles comes from member `id`'s own joiner (its token is a
@@ -567,35 +570,41 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
                     {}};
           refresh_self();
           auto view = st.table.view(unix_ms());
-          std::string owner;
-          std::vector<std::string> where;
-          for (auto& row : view.nodes)
-            for (auto& j : row.info.jobs)
-              if (j.job == job && row.state == "alive") {
-                owner = j.owner;
-                where.push_back(row.info.name);
-              }
-          std::string by;
+          canceller who;
           try {
-            // the table checks as a node does, with the owner its members report
-            by = check_cancel(n, ticket, to_string(self->system().node()), job);
-            if (n.creds && by.find("(its owner)") != std::string::npos && !owner.empty()
-                && by != fmt::format("'{}' (its owner)", printable(owner)))
-              throw credentials_error(fmt::format("job {} is '{}''s", printable(job),
-                                                  printable(owner)));
+            who = check_cancel(n, ticket, to_string(self->system().node()), job);
           } catch (const std::exception& e) {
             return {fmt::format("the agent refused to cancel job {}: {}", printable(job),
                                 e.what()),
                     {}};
           }
-          st.table.release(job, owner); // slots held for it, if any
+          // The nodes that run it (its owner's job of that id, for a driver's cancel), as
+          // their reports say; each checks the ticket again
+          std::vector<std::string> where;
+          std::set<std::string> others; // owners of a job of that id the canceller may not end
+          for (auto& row : view.nodes)
+            for (auto& j : row.info.jobs)
+              if (j.job == job && row.state == "alive") {
+                if (who.only.empty() || j.owner == who.only)
+                  where.push_back(row.info.name);
+                else
+                  others.insert(j.owner);
+              }
+          st.table.release(job, who.only); // slots held for it, if any (its owner's)
+          if (where.empty() && !others.empty())
+            return {fmt::format("the agent refused to cancel job {}: job {} is {}'s, not '{}''s",
+                                printable(job), printable(job),
+                                printable(fmt::format("'{}'", fmt::join(others, "', '"))),
+                                printable(who.only)),
+                    {}};
           if (where.empty())
             return {fmt::format("no node runs job {} ('caf-hvd jobs' lists the jobs that run)",
                                 printable(job)),
                     {}};
+          auto by = who.by;
           for (auto& name : where) {
             if (name == n.name) {
-              post_from(n.guardian, cancel_atom::value, job, by);
+              post_from(n.guardian, cancel_atom::value, job, who.only, by);
             } else if (auto m = st.table.member_of(name)) {
               if (auto j = st.members.find(*m); j != st.members.end())
                 // the node checks the ticket itself
@@ -889,16 +898,16 @@ caf::actor spawn_joiner(caf::actor_system& sys, const std::string& host, uint16_
           if (!admitted(self, st.table && sent_by(self, st.table), "the cluster joiner",
                         "a cancel not from its table"))
             return;
-          std::string by;
+          canceller who;
           try {
             if (!st.table)
               throw credentials_error("this agent has not joined");
-            by = check_cancel(n, ticket, to_string(st.table.node()), job);
+            who = check_cancel(n, ticket, to_string(st.table.node()), job);
           } catch (const std::exception& e) {
             say(n, fmt::format("ignored a request to cancel job {}: {}", printable(job), e.what()));
             return;
           }
-          post_from(n.guardian, cancel_atom::value, job, by);
+          post_from(n.guardian, cancel_atom::value, job, who.only, who.by);
         },
         // The agent stops: the table hears it from here, not from a broken link.
         [self](left_atom, uint64_t token) -> caf::result<bool> {

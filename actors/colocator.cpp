@@ -475,9 +475,10 @@ colocator_actor::behavior_type colocator_fn(colocator_actor::stateful_pointer<co
           self->send(w, stop_atom::value, why);
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
-      [=](cancel_atom, const std::string& which, const std::string& by) {
-        if (!from_agent("a cancel") || which != job || !self->state.refused.empty())
-          return;
+      [=](cancel_atom, const std::string& which, const std::string& only, const std::string& by) {
+        if (!from_agent("a cancel") || which != job || !self->state.refused.empty()
+            || (!only.empty() && only != owner))
+          return; // another job, or another owner's job of the same id
         auto& st = self->state;
         std::fprintf(stderr, "caf-hvd node '%s': job %s cancelled by %s; stopping its %zu ranks\n",
                      settings_of(self->system()).name.c_str(), printable(job).c_str(),

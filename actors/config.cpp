@@ -136,13 +136,14 @@ caf::actor spawn_guardian(caf::actor_system& sys) {
           if (from_itself("a shutdown"))
             stop(why);
         },
-        // a job was cancelled (the ticket checked by the agent): its colocator here, if
-        // any, stops its ranks and tells its driver
-        [=](cancel_atom, const std::string& job, const std::string& by) {
+        // a job was cancelled (the ticket checked by the agent; `only`: the owner whose
+        // job it is, "" for an administrator): its colocator here, if any, stops its ranks
+        // and tells its driver
+        [=](cancel_atom, const std::string& job, const std::string& only, const std::string& by) {
           if (!from_itself("a cancel"))
             return;
           for (auto& c : self->state.colocators)
-            self->send(c, cancel_atom::value, job, by);
+            self->send(c, cancel_atom::value, job, only, by);
         },
         [=](kill_atom) {
           if (from_itself("a kill"))

@@ -473,8 +473,9 @@ using colocator_actor = caf::typed_actor<
     // the node drains (true) or is back (false), how: told to the job's driver
     caf::reacts_to<drain_atom, bool, std::string>,
     caf::reacts_to<deadline_atom, uint64_t>, // a slot handover's deadline (its own timer)
-    // from its agent: job J was cancelled by B (the job's ranks stop; the driver is told)
-    caf::reacts_to<cancel_atom, std::string, std::string>,
+    // from its agent: job J (of owner O; "": any owner) was cancelled by B (the job's
+    // ranks stop; the driver is told)
+    caf::reacts_to<cancel_atom, std::string, std::string, std::string>,
     caf::reacts_to<kill_atom>>; // the grace period is over
 
 // -- the cluster's membership -----------------------------------------------------------

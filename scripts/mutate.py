@@ -145,11 +145,15 @@ MUTANTS = [
       "              if (keeps)\n                return fail_running(ids, why);",
       "elastic:ElasticTest.test_growing_onto_a_node_another_job_filled_keeps_the_node_and_"
       "its_ranks"),
-    m("cancel-by-any-driver", "slots", "actors/cluster.cpp",
-      "if (n.creds && by.find(\"(its owner)\") != std::string::npos && !owner.empty()",
-      "if (false && by.find(\"(its owner)\") != std::string::npos && !owner.empty()",
+    # (the table's owner check and each colocator's are two layers: with either gone the
+    # other still keeps bob's cancel from alice's ranks; each has its own catcher)
+    m("table-cancels-any-owners-job", "slots", "actors/cluster.cpp",
+      "if (who.only.empty() || j.owner == who.only)", "if (true)",
       "membership:MembershipTest.test_a_job_is_cancelled_by_its_owner_or_an_administrator_and_"
       "by_no_other_driver"),
+    m("colocator-cancels-any-owners-job", "slots", "actors/colocator.cpp",
+      "\n            || (!only.empty() && only != owner))", ")",
+      "unit:a cancel from the agent stops that job's ranks*"),
     # -- rendezvous scopes --------------------------------------------------------------
     m("scope-cleared-at-first-finish", "rendezvous scopes", "runtime/horovod/kv_store.cpp",
       "if (static_cast<int>(done.size()) >= size->second) {", "if (!done.empty()) {",

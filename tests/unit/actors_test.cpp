@@ -127,12 +127,17 @@ TEST_CASE_FIXTURE(fixture, "a cancel from the agent stops that job's ranks (SIGT
                     caf::after(std::chrono::seconds(0)) >> [] {});
     return out;
   };
-  // another job's cancel: nothing here
-  post_from(cfg.node->guardian, cancel_atom::value, std::string{"job-8"}, std::string{"'ops'"});
+  // another job's cancel, or another owner's job of the same id (a driver's own cancel
+  // names its owner; this job's owner is "" here, an agent without credentials): nothing
+  post_from(cfg.node->guardian, cancel_atom::value, std::string{"job-8"}, std::string{},
+            std::string{"'ops'"});
+  post_from(cfg.node->guardian, cancel_atom::value, std::string{"job-7"}, std::string{"bob"},
+            std::string{"'bob' (its owner)"});
   sched.run();
   CHECK(log->signals.empty());
   CHECK(told() == "nothing");
-  post_from(cfg.node->guardian, cancel_atom::value, std::string{"job-7"}, std::string{"'ops'"});
+  post_from(cfg.node->guardian, cancel_atom::value, std::string{"job-7"}, std::string{},
+            std::string{"'ops'"});
   sched.run();
   CHECK(told() == "cn 'ops'");
   CHECK(log->signals == std::vector<int32_t>{15}); // no SIGKILL before the grace period
@@ -515,8 +520,10 @@ TEST_CASE_FIXTURE(fixture, "a colocator obeys only its driver, its agent and its
   stranger->send(colocator, stop_atom::value, std::string{"forged stop"});
   stranger->send(colocator, kill_atom::value);
   stranger->send(colocator, drain_atom::value, true, std::string{"forged drain"});
-  stranger->send(colocator, cancel_atom::value, std::string{"job"}, std::string{"forged"});
-  caf::anon_send(colocator, cancel_atom::value, std::string{"job"}, std::string{"forged"});
+  stranger->send(colocator, cancel_atom::value, std::string{"job"}, std::string{},
+                 std::string{"forged"});
+  caf::anon_send(colocator, cancel_atom::value, std::string{"job"}, std::string{},
+                 std::string{"forged"});
   caf::anon_send(colocator, terminate_atom::value, int32_t{0});
   caf::anon_send(colocator, stop_atom::value, std::string{"forged stop"});
   sched.run();

@@ -138,7 +138,8 @@ colocator_actor::behavior_type fake_colocator(colocator_actor::pointer self, dri
         self->delayed_send(self, std::chrono::milliseconds(grace_ms), kill_atom::value);
       },
       [](stop_atom, std::string&) {},
-      [=](cancel_atom, std::string&, std::string& by) { // as the real one: tell the driver
+      // as the real one: tell the driver
+      [=](cancel_atom, std::string&, std::string&, std::string& by) {
         self->send(driver, cancel_atom::value, name, by);
       },
       [=](drain_atom, bool on, std::string& how) { // as the real one: tell the driver
