@@ -152,7 +152,7 @@ MUTANTS = [
       "membership:MembershipTest.test_a_job_is_cancelled_by_its_owner_or_an_administrator_and_"
       "by_no_other_driver"),
     m("colocator-cancels-any-owners-job", "slots", "actors/colocator.cpp",
-      "\n            || (!only.empty() && only != owner))", ")",
+      "|| (!only.empty() && only != owner))", "|| (only.empty() && only != owner))",
       "unit:a cancel from the agent stops that job's ranks*"),
     # -- rendezvous scopes --------------------------------------------------------------
     m("scope-cleared-at-first-finish", "rendezvous scopes", "runtime/horovod/kv_store.cpp",
