@@ -93,6 +93,22 @@ cluster_address cluster_option(const std::string& given, const char* hint) {
   }
 }
 
+// A subcommand's options with one operand (the option `name`, also given bare); nullopt
+// after printing --help.
+std::optional<po::variables_map> parse_with_operand(int argc, char** argv,
+                                                    const po::options_description& desc,
+                                                    const char* name) {
+  po::positional_options_description pos;
+  pos.add(name, 1);
+  std::vector<std::string> args(argv + 2, argv + argc);
+  auto vm = parse(args, desc, &pos);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return std::nullopt;
+  }
+  return vm;
+}
+
 } // namespace
 
 int run_drain(int argc, char** argv, bool drain) {
@@ -113,14 +129,10 @@ int run_drain(int argc, char** argv, bool drain) {
       "cluster-dir", po::value(&cluster), "the cluster's credentials (an admin certificate)")(
       "insecure", "talk to agents started with --insecure")("node", po::value(&node),
                                                             "the node's name (as status shows it)");
-  po::positional_options_description pos;
-  pos.add("node", 1);
-  std::vector<std::string> args(argv + 2, argv + argc);
-  auto vm = parse(args, desc, &pos);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
+  auto parsed = parse_with_operand(argc, argv, desc, "node");
+  if (!parsed)
     return 0;
-  }
+  auto& vm = *parsed;
   if (node.empty())
     throw usage_error(fmt::format("give the node to {}: caf-hvd {} NODE", verb, verb));
   if (!valid_host_name(node))
@@ -179,14 +191,10 @@ int run_cancel(int argc, char** argv) {
       "administrator's)")("admin", "cancel as the cluster's administrator (admin.pem)")(
       "insecure", "talk to agents started with --insecure")(
       "job", po::value(&job), "the job's id (as 'caf-hvd status' lists it)");
-  po::positional_options_description pos;
-  pos.add("job", 1);
-  std::vector<std::string> args(argv + 2, argv + argc);
-  auto vm = parse(args, desc, &pos);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
+  auto parsed = parse_with_operand(argc, argv, desc, "job");
+  if (!parsed)
     return 0;
-  }
+  auto& vm = *parsed;
   if (job.empty())
     throw usage_error("give the job to cancel: caf-hvd cancel JOB ('caf-hvd status' lists them)");
   // job ids are HOST-PID-N (make_job_id): letters, digits, '.', '-', '_'

@@ -359,6 +359,26 @@ class ElasticTest(unittest.TestCase):
         wait_until(lambda: not pids_matching(ALLREDUCE, prefix=True), 15,
                    "the ranks of a killed driver to be stopped by their agents")
 
+    def hold_a_slot(self, port):
+        """Another job with one rank on the agent at `port`, started and holding its slot."""
+        other = self.c.start(["driver", "-np", "1", "-H", f"127.0.0.1:{port}:1", "--",
+                              "sh", "-c", "echo holding; exec sleep 300"])
+        self.assertIn("holding", other.stdout.readline())
+        return other
+
+    def until_freed(self, said, other):
+        """Reads the job's stderr until `said`, ends `other` (its slot is free), and lets
+        the job finish: it must end well, never having blacklisted anything; -> (rc, out,
+        every stderr line)."""
+        err_lines = self.read_stderr_until(said)
+        other.send_signal(signal.SIGTERM)
+        other.wait(timeout=30)
+        rc, out, err = self.finish(timeout=120)
+        err = "".join(err_lines) + err
+        self.assertEqual(rc, 0, err[-3000:])
+        self.assertNotIn("blacklisted", err)
+        return rc, out, err
+
     def test_a_node_full_of_another_jobs_ranks_is_waited_for_not_blacklisted(self):
         """hx (--slots 1) runs another job's rank when discovery lists it for this elastic
         job: its agent refuses the ranks ("the node has 1 slot for all jobs and 1 is
@@ -367,9 +387,7 @@ class ElasticTest(unittest.TestCase):
         self.c.node("ha")
         self.c.node("hx", slots=1)
         hx = self.c.nodes["hx"][1]
-        other = self.c.start(["driver", "-np", "1", "-H", f"127.0.0.1:{hx}:1", "--",
-                              "sh", "-c", "echo holding; exec sleep 300"])
-        self.assertIn("holding", other.stdout.readline())
+        other = self.hold_a_slot(hx)
         self.set_hosts(("ha", 1))
         self.start("--min-np", "1", steps=1200)
         self.wait_for_step(5)
@@ -377,13 +395,7 @@ class ElasticTest(unittest.TestCase):
         refused = re.compile(r"warning: discovered host 127\.0\.0\.1:\d+ is not used \(trying "
                              r"again while it is listed\): .*the node has 1 slot for all jobs "
                              r"and 1 is held")
-        err_lines = self.read_stderr_until(refused)
-        other.send_signal(signal.SIGTERM)
-        other.wait(timeout=30)
-        rc, out, err = self.finish(timeout=120)
-        err = "".join(err_lines) + err
-        self.assertEqual(rc, 0, err[-3000:])
-        self.assertNotIn("blacklisted", err)
+        rc, out, err = self.until_freed(refused, other)
         self.assertRegex(err, r"generation \d+: 2 ranks on ha:1,hx:1 \(added hx\)")
         self.check_run(out, 1200)
 
@@ -398,20 +410,12 @@ class ElasticTest(unittest.TestCase):
         self.set_hosts(("ha", 1), ("hx", 1))
         self.start("--min-np", "1", steps=1500)
         self.wait_for_step(5)
-        other = self.c.start(["driver", "-np", "1", "-H", f"127.0.0.1:{hx}:1", "--",
-                              "sh", "-c", "echo holding; exec sleep 300"])
-        self.assertIn("holding", other.stdout.readline())
+        other = self.hold_a_slot(hx)
         self.set_hosts(("ha", 1), ("hx", 2))
         full = re.compile(r"warning: host hx \(127\.0\.0\.1:\d+\) is full: the job keeps its 1 "
                           r"rank there and asks for more again while it is listed: .*the node "
                           r"has 2 slots for all jobs and 2 are held")
-        err_lines = self.read_stderr_until(full)
-        other.send_signal(signal.SIGTERM)
-        other.wait(timeout=30)
-        rc, out, err = self.finish(timeout=120)
-        err = "".join(err_lines) + err
-        self.assertEqual(rc, 0, err[-3000:])
-        self.assertNotIn("blacklisted", err)
+        rc, out, err = self.until_freed(full, other)
         self.assertRegex(err, r"generation \d+: 3 ranks on ha:1,hx:2")
         text, seen = self.check_run(out, 1500)
         # the rank on hx never left: the job's size never dropped below 2
