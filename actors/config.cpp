@@ -50,7 +50,7 @@ hvd_config::hvd_config() {
   // A foreign CAF application that finds the port is refused at the handshake, and so is
   // a caf-hvd from before tickets (2): it would take a joining agent's node certificate
   // for a driver's.
-  set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/7"});
+  set("middleman.app-identifiers", std::vector<std::string>{"caf-hvd/8"});
   // Two scheduler threads fit this kind of machine; more only adds polling.
   set("scheduler.max-threads", size_t{2});
   // The sharing scheduler: idle workers sleep on a condition variable and wake when work

@@ -158,6 +158,16 @@ public:
           // timestamp, it is ignored once seen (check_host_updates keeps newer ones).
           delayed_send(this, notify_resend, deadline_atom::value, dl_notify | (g << 4));
         },
+        [this](alive_atom, uint64_t g, std::string& key, uint32_t ms) {
+          if (!from_job("alive") || g != gen_.number || gen_.released)
+            return;
+          auto it = carried_.find(key);
+          if (it == carried_.end())
+            return;
+          it->second.alive = clock_type::now() - std::chrono::milliseconds(ms);
+          late_told_.erase(key);
+          schedule_barrier_check();
+        },
         [this](deadline_atom, uint64_t which) {
           if (from_itself("a deadline"))
             on_deadline(which);
@@ -353,6 +363,7 @@ private:
     gen_ = generation{spec.number, std::move(spec.plan), clock_type::now()};
     gen_.fresh.insert(spec.fresh.begin(), spec.fresh.end());
     carried_.clear();
+    late_told_.clear();
     for (auto& c : spec.carried)
       carried_[c.key] = slot_process{c.key, c.host,
                                      clock_type::time_point{std::chrono::nanoseconds{c.started_ns}},
@@ -566,7 +577,8 @@ private:
       return;
     std::optional<clock_type::time_point> next;
     for (auto& key : gen_.missing())
-      if (auto d = deadline_of(key); d.kind != deadline_kind::none && (!next || d.at < *next))
+      if (auto d = deadline_of(key);
+          d.kind != deadline_kind::none && !late_told_.count(key) && (!next || d.at < *next))
         next = d.at;
     if (!next || (barrier_check_ && *barrier_check_ <= *next))
       return;
@@ -595,13 +607,16 @@ private:
     std::vector<std::string> fresh, carrying;
     for (auto& key : gen_.missing()) {
       auto d = deadline_of(key);
-      if (d.kind == deadline_kind::none || now < d.at || left_.count(key))
+      if (d.kind == deadline_kind::none || now < d.at || left_.count(key) || late_told_.count(key))
         continue;
       (d.kind == deadline_kind::fresh ? fresh : carrying).push_back(key);
     }
-    if (fresh.empty() && carrying.empty())
-      return schedule_barrier_check();
-    send(job_, late_atom::value, gen_.number, std::move(fresh), std::move(carrying));
+    // each is told once; a carrying slot the job finds alive comes back with alive_atom
+    late_told_.insert(fresh.begin(), fresh.end());
+    late_told_.insert(carrying.begin(), carrying.end());
+    if (!fresh.empty() || !carrying.empty())
+      send(job_, late_atom::value, gen_.number, std::move(fresh), std::move(carrying));
+    schedule_barrier_check();
   }
 
   // -- Horovod's worker notification services --------------------------------------------
@@ -688,6 +703,7 @@ private:
 
   generation gen_;                              // the newest generation (released or forming)
   std::map<std::string, slot_process> carried_; // ... the processes it waits for
+  std::set<std::string> late_told_;             // ... those the job was told are late
   std::set<std::string> left_;                  // slots the job let go
   std::optional<clock_type::time_point> barrier_check_;
   std::vector<slot_info> released_plan_;

@@ -113,6 +113,10 @@ struct worker_state {
   // the job once every frame it wrote before it (an elastic rank's result) has gone on
   std::optional<exit_status> held_exit;
   std::shared_ptr<const rank_identity> account; // its job's ranks' account (nullptr: the agent's)
+  // The rank's last sign of life (its launch, CPU time its process tree used, output),
+  // and the CPU time last sampled (each second while it runs)
+  std::chrono::steady_clock::time_point alive_at{};
+  uint64_t cpu_ticks = 0;
   ~worker_state() {
     window->close();
     log_window->close();

@@ -69,6 +69,7 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using register_atom = caf::atom_constant<caf::atom("wregister")>;
 using notified_atom = caf::atom_constant<caf::atom("notified")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using alive_atom = caf::atom_constant<caf::atom("alive")>;
 // executor mode
 using call_atom = caf::atom_constant<caf::atom("call")>;
 using result_atom = caf::atom_constant<caf::atom("result")>;
@@ -371,6 +372,10 @@ using coordinator_full_actor = coordinator_actor::extend<
     caf::reacts_to<parked_atom, uint64_t, int32_t, std::string>,
     // from a notification thread: (G, slot, "" or why not)
     caf::reacts_to<notified_atom, uint64_t, std::string, std::string>,
+    // a slot that holds state missed generation G's join deadline but showed a sign of
+    // life this many ms ago (its worker said): it is waited for until --elastic-timeout
+    // after that (G, slot, ms)
+    caf::reacts_to<alive_atom, uint64_t, std::string, uint32_t>,
     caf::reacts_to<deadline_atom, uint64_t>>; // a barrier or registration deadline
 
 /// What the coordinator tells its job.
@@ -440,6 +445,9 @@ using worker_actor =
                      caf::reacts_to<result_atom, uint64_t, std::string>,
                      caf::reacts_to<log_atom, std::string>,
                      caf::reacts_to<chanend_atom, std::string>, // closed ("" = clean EOF)
+                     // ms since the rank's last sign of life: CPU time used by its process
+                     // tree (sampled each second) or output; from the job
+                     caf::replies_to<alive_atom>::with<uint32_t>,
                      caf::reacts_to<deadline_atom, uint64_t>>;  // call N's deadline
 
 /// One node's side of a job: its workers, free ports, interfaces, NIC probes, cleanup.

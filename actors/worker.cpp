@@ -30,6 +30,22 @@ using worker_ptr = worker_actor::stateful_pointer<worker_state>;
 constexpr uint64_t eof_check = ~uint64_t{0};
 // ... and for "the process exited, its channel has not reached EOF yet"
 constexpr uint64_t exit_check = ~uint64_t{0} - 1;
+// ... and for "sample the rank's CPU time" (each second while it runs)
+constexpr uint64_t life_tick = ~uint64_t{0} - 2;
+constexpr std::chrono::seconds life_period{1};
+
+// A rank is alive while its process tree uses CPU time: one in a long step is, one
+// blocked for ever (a deadlock, a read that never returns, SIGSTOP) is not.
+void sample_life(worker_ptr self) {
+  auto& st = self->state;
+  if (!st.child)
+    return;
+  auto ticks = tree_cpu_ticks(st.child->pid());
+  if (ticks != st.cpu_ticks) {
+    st.cpu_ticks = ticks;
+    st.alive_at = std::chrono::steady_clock::now();
+  }
+}
 
 // The reader thread turns frames into messages: answers straight to the job when
 // nothing of the rank is on its way through the worker (call_book), the rest to the
@@ -228,6 +244,9 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         }
         if (st.early_signal) // stopped while its launch was on its way
           st.child->signal_group(st.early_signal);
+        st.alive_at = std::chrono::steady_clock::now();
+        st.cpu_ticks = tree_cpu_ticks(st.child->pid());
+        self->delayed_send(self, life_period, deadline_atom::value, life_tick);
         if (spec.executor) {
           ::close(sv[1]);
           open_channel(self, sv[0], spec.max_frame);
@@ -297,6 +316,11 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         if (!from_itself("a deadline"))
           return;
         auto& st = self->state;
+        if (id == life_tick) {
+          sample_life(self);
+          self->delayed_send(self, life_period, deadline_atom::value, life_tick);
+          return;
+        }
         if (id == exit_check) { // a descendant keeps its channel open: the exit goes on
           if (st.held_exit)
             report_exit(*std::exchange(st.held_exit, std::nullopt));
@@ -323,9 +347,20 @@ worker_actor::behavior_type worker_fn(worker_actor::stateful_pointer<worker_stat
         self->state.stopped_by = why;
         signal_rank(self, SIGTERM);
       },
+      [=](alive_atom) -> caf::result<uint32_t> {
+        if (!from("a question whether the rank is alive", false, true))
+          return refused_error("alive");
+        sample_life(self);
+        auto& st = self->state;
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - st.alive_at)
+                      .count();
+        return static_cast<uint32_t>(std::clamp<int64_t>(ms, 0, UINT32_MAX));
+      },
       [=](output_atom, output_batch& batch) {
         if (!from_itself("output"))
           return;
+        self->state.alive_at = std::chrono::steady_clock::now();
         auto window = self->state.window;
         self->request(self->state.driver, std::chrono::seconds(60), output_atom::value,
                       std::move(batch))

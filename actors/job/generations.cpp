@@ -349,41 +349,88 @@ void job::on_rejoin(uint64_t gen) {
   reconsider();
 }
 
-// Slots whose join deadline passed are failures (their hosts are blacklisted); the
-// message says which deadline and why it applies.
+// Slots whose join deadline passed: a fresh one is a failure (its host is blacklisted);
+// one that holds state is first asked whether it is alive (on_alive).
 void job::on_late(uint64_t g, const std::vector<std::string>& fresh,
                   const std::vector<std::string>& carrying) {
   if (g != gen_.number || gen_.released || done_ || finishing_)
     return;
-  std::set<std::string> bad_hosts;
-  auto names = [&](const std::vector<std::string>& keys) {
-    std::vector<std::string> out;
-    for (auto& key : keys) {
-      out.push_back(fmt::format("rank {} ({})", gen_.rows.at(key).rank, key));
-      if (auto* s = current(key))
-        bad_hosts.insert(s->endpoint);
+  for (auto& key : carrying) {
+    auto* s = current(key);
+    if (!s || !s->worker) {
+      late_failed(g, key, "its worker is gone");
+      continue;
     }
-    return out;
-  };
-  std::vector<std::string> what;
-  if (!fresh.empty())
-    what.push_back(fmt::format("{} did not join generation {} within {} s (--start-timeout; "
-                               "does the program call rank_and_size, e.g. through an elastic "
-                               "run loop?)",
-                               fmt::join(names(fresh), ", "), gen_.number,
-                               job_.start_timeout.count() / 1000.0));
-  if (!carrying.empty())
-    what.push_back(fmt::format("{} did not join generation {} within {} s (--elastic-timeout; "
-                               "it holds the state of generation {} and was waited for while "
-                               "it ran)",
-                               fmt::join(names(carrying), ", "), gen_.number,
-                               ec_.elastic_timeout.count() / 1000.0, released_gen_));
-  for (auto& w : what) {
-    note_failure(w);
-    say("{}", w);
+    auto id = s->id;
+    request(s->worker, std::chrono::seconds(5), alive_atom::value)
+        .then([this, g, key, id](uint32_t ms) { on_alive(g, key, id, ms); },
+              [this, g, key, id](caf::error& e) {
+                if (auto* s = slot_by_id(id); s && is_current(*s))
+                  late_failed(g, key, fmt::format("its node did not say whether it is alive: {}",
+                                                  describe(e)));
+              });
   }
+  if (fresh.empty())
+    return;
+  std::vector<std::string> names;
+  std::set<std::string> bad_hosts;
+  for (auto& key : fresh) {
+    names.push_back(fmt::format("rank {} ({})", gen_.rows.at(key).rank, key));
+    if (auto* s = current(key))
+      bad_hosts.insert(s->endpoint);
+  }
+  auto what = fmt::format("{} did not join generation {} within {} s (--start-timeout; does the "
+                          "program call rank_and_size, e.g. through an elastic run loop?)",
+                          fmt::join(names, ", "), gen_.number, job_.start_timeout.count() / 1000.0);
+  note_failure(what);
+  say("{}", what);
   for (auto& ep : bad_hosts)
     blacklist(ep);
+  reconsider();
+}
+
+// A slot that holds state missed generation G's join deadline; its worker says it showed a
+// sign of life `ms` ago. Within --elastic-timeout it is slow, not dead: the barrier waits
+// for it from its last sign of life. Otherwise it counts as failed.
+void job::on_alive(uint64_t g, const std::string& key, uint32_t id, uint32_t ms) {
+  auto* s = slot_by_id(id);
+  if (g != gen_.number || gen_.released || done_ || finishing_ || !s || !is_current(*s))
+    return;
+  auto idle = std::chrono::milliseconds(ms);
+  if (idle < ec_.elastic_timeout) {
+    if (slow_told_.insert({g, key}).second) {
+      say("generation {} waits for rank {} ({}): it holds the state of generation {} and is "
+          "still in its step (its last sign of life, CPU time or output, {:.1f} s ago; it is "
+          "waited for until it shows none for {} s, --elastic-timeout)",
+          g, gen_.rows.at(key).rank, key, released_gen_, ms / 1000.0,
+          ec_.elastic_timeout.count() / 1000.0);
+      events_.emit("rank.slow", {{"generation", g}, {"slot", key}, {"idle_ms", ms}});
+    } else {
+      log("rank {} ({}) is still alive ({} ms since its last sign of life)", gen_.rows.at(key).rank,
+          key, ms);
+    }
+    send(coord_, alive_atom::value, g, key, ms);
+    return;
+  }
+  late_failed(g, key,
+              fmt::format("it showed no sign of life (no CPU time used, no output) for {} s",
+                          ms / 1000.0));
+}
+
+// A slot that holds state missed generation G's join deadline and is not alive (why):
+// it counts as failed, and its host is blacklisted.
+void job::late_failed(uint64_t g, const std::string& key, const std::string& why) {
+  if (g != gen_.number || gen_.released || done_ || finishing_)
+    return;
+  auto what = fmt::format("rank {} ({}) did not join generation {} within {} s (--elastic-timeout; "
+                          "it holds the state of generation {} and was waited for while it ran): "
+                          "{}",
+                          gen_.rows.at(key).rank, key, gen_.number,
+                          ec_.elastic_timeout.count() / 1000.0, released_gen_, why);
+  note_failure(what);
+  say("{}", what);
+  if (auto* s = current(key))
+    blacklist(s->endpoint);
   reconsider();
 }
 

@@ -269,6 +269,8 @@ private:
   void on_rejoin(uint64_t gen);
   void on_late(uint64_t g, const std::vector<std::string>& fresh,
                const std::vector<std::string>& carrying);
+  void on_alive(uint64_t g, const std::string& key, uint32_t id, uint32_t ms);
+  void late_failed(uint64_t g, const std::string& key, const std::string& why);
   void on_complete(uint64_t g);
   void release_generation(bool resumed = false);
   /// keep_released: the released generation's slots stay (the job ends when they do).
@@ -392,6 +394,8 @@ private:
   generation gen_;             // the newest generation (released or forming)
   uint64_t assign_serial_ = 0; // the newest assignment asked of the coordinator
   uint64_t released_gen_ = 0;  // the last released one: its ranks hold the job's state
+  // (generation, slot) pairs said to be slow: past the deadline, alive
+  std::set<std::pair<uint64_t, std::string>> slow_told_;
   std::vector<slot_info> released_plan_;
   std::vector<host_slots> released_hosts_; // its hosts and slots: what the running ranks know
   std::vector<host_slots> plan_hosts_;

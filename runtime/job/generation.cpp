@@ -57,7 +57,7 @@ join_deadline deadline_for(const generation& g, const slot_process& p,
                            std::chrono::milliseconds start_timeout,
                            std::chrono::milliseconds elastic_timeout) {
   if (p.joined > 0)
-    return {deadline_kind::carrying, g.began + elastic_timeout};
+    return {deadline_kind::carrying, std::max(g.began, p.alive) + elastic_timeout};
   job_clock::time_point from;
   if (g.number <= 1) {
     if (!g.first_vote)

@@ -58,6 +58,9 @@ struct slot_process {
   // It may hold training state. False for a process of a Gloo-speaking job that never
   // finished a rendezvous: it neither trained nor was sent the state.
   bool holds_state = true;
+  // Its last sign of life its worker told of once it had missed a deadline (CPU time or
+  // output): a rank still in a long step is waited for from there
+  job_clock::time_point alive{};
 };
 
 enum class deadline_kind {
@@ -73,7 +76,7 @@ struct join_deadline {
 
 /// When `p` must have voted in `g`. A process that holds training state (it joined a
 /// released generation) is waited for up to the elastic timeout from the generation's
-/// start; a fresh one has the start timeout from its start or the generation's start
+/// start or from its last sign of life (`p.alive`), whichever is later; a fresh one has the start timeout from its start or the generation's start
 /// (whichever is later) -- in generation 1 only once some slot waits in the barrier, so
 /// programs that never vote run unbarriered.
 join_deadline deadline_for(const generation& g, const slot_process& p,

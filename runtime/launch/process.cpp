@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <dirent.h>
 #include <cstring>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -358,6 +360,86 @@ int find_free_port() {
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
     return 0;
   return ntohs(addr.sin_port);
+}
+
+namespace {
+
+// The whole of a small /proc file ("" if it cannot be read).
+std::string read_small(const std::string& path) {
+  std::string out;
+  if (FILE* f = std::fopen(path.c_str(), "re")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0 && out.size() < (1u << 20))
+      out.append(buf, n);
+    std::fclose(f);
+  }
+  return out;
+}
+
+// utime + stime + cutime + cstime of /proc/PID/stat (fields 14-17; the command name,
+// field 2, is in parentheses and may hold spaces or parentheses itself).
+uint64_t stat_cpu_ticks(const std::string& stat) {
+  auto close = stat.rfind(')');
+  if (close == std::string::npos)
+    return 0;
+  // fields from 3 (state) on, space-separated
+  uint64_t sum = 0;
+  int field = 3;
+  size_t i = close + 1;
+  while (i < stat.size() && field <= 17) {
+    while (i < stat.size() && stat[i] == ' ')
+      ++i;
+    size_t j = i;
+    while (j < stat.size() && stat[j] != ' ')
+      ++j;
+    if (field >= 14) {
+      // cutime and cstime are signed in the kernel's format; never negative in practice
+      auto v = std::strtoll(stat.c_str() + i, nullptr, 10);
+      if (v > 0)
+        sum += static_cast<uint64_t>(v);
+    }
+    ++field;
+    i = j;
+  }
+  return sum;
+}
+
+} // namespace
+
+uint64_t tree_cpu_ticks(int root) {
+  if (root <= 0)
+    return 0;
+  uint64_t sum = 0;
+  std::vector<int> todo{root};
+  size_t visited = 0;
+  while (!todo.empty() && visited < 4096) {
+    int pid = todo.back();
+    todo.pop_back();
+    ++visited;
+    auto stat = read_small(fmt::format("/proc/{}/stat", pid));
+    if (stat.empty())
+      continue; // gone since it was listed
+    sum += stat_cpu_ticks(stat);
+    // children are listed per thread (the one that forked them)
+    auto tasks = fmt::format("/proc/{}/task", pid);
+    if (DIR* d = ::opendir(tasks.c_str())) {
+      while (auto* e = ::readdir(d)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+          continue;
+        auto kids = read_small(fmt::format("{}/{}/children", tasks, e->d_name));
+        const char* p = kids.c_str();
+        char* end = nullptr;
+        for (long v = std::strtol(p, &end, 10); end != p; v = std::strtol(p, &end, 10)) {
+          if (v > 0)
+            todo.push_back(static_cast<int>(v));
+          p = end;
+        }
+      }
+      ::closedir(d);
+    }
+  }
+  return sum;
 }
 
 std::string executable_dir() {

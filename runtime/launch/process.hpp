@@ -108,6 +108,12 @@ void raise_descriptor_limit();
 /// Returns a TCP port that is free on this host right now (bound to 0 and released).
 int find_free_port();
 
+/// The CPU time (user and system, in clock ticks, the reaped children's included) used
+/// so far by the process `root` and every process below it (found through each thread's
+/// /proc/PID/task/TID/children). 0 when `root` is gone. A rank's sign of life: a process
+/// in a long step uses CPU time; a blocked, stopped or hung one uses none.
+uint64_t tree_cpu_ticks(int root);
+
 /// Directory of the running executable (for locating caf-hvd-exec beside caf-hvd).
 std::string executable_dir();
 

@@ -564,6 +564,37 @@ class HorovodElastic(Scenarios, unittest.TestCase):
             self.assertLess(ended, 20, f"the job ended {ended:.1f} s after the kill "
                                        f"(Horovod's Gloo timeout is 30 s):\n{err[-3000:]}")
 
+    def test_rank_in_a_long_step_is_waited_for_past_the_elastic_timeout(self):
+        """Slow is not dead: hb's rank computes for 10 s in one step (its process uses CPU
+        time, it prints nothing) while a host is added. ha's rank waits for it in the
+        step's allreduce, so neither re-joins the new plan until the long step ends, 7 s
+        past --elastic-timeout 3. Both are alive: the plan waits for them and the job grows
+        to 3, blacklisting nobody. Measured from the plan's start, as before, both would
+        be failed at 3 s and, no host of the plan they held left, the job would fail."""
+        steps = 40
+        trigger = os.path.join(self.dir, "long-step")
+        self.train_until_commit(steps, ("ha", "hb"), "--elastic-timeout", "3",
+                                env={"TRAIN_LONG_STEP": f"hb:10:{trigger}"})
+        open(trigger, "w").close()
+        self.read_until(lambda ev: any("long step on hb" in l for l in self.lines), 30,
+                        "hb's long step")
+        self.set_hosts(("ha", 1), ("hb", 1), ("hc", 1))
+        rc, text, err = self.finish()
+        events, sizes = self.check(text, err, steps, 3, rc_got=rc)
+        self.assertEqual(sizes, [2, 3], text[-3000:])
+        self.assertNotIn("blacklisted", err)
+        self.assertRegex(err, r"generation 2 waits for rank \d \(hb:0\): it holds the state of "
+                              r"generation 1 and is still in its step")
+        slow = [e for e in read_events(self.events) if e["name"] == "rank.slow"]
+        self.assertIn("hb:0", [e["context"]["slot"] for e in slow], slow)
+        # it was waited for past the timeout: the plan ran >= 3 s after it began
+        began = [e for e in read_events(self.events) if e["name"] == "generation.begin"
+                 and e["context"].get("generation") == 2]
+        released = [e for e in read_events(self.events) if e["name"] == "generation.released"
+                    and e["context"].get("generation") == 2]
+        self.assertTrue(began and released, read_events(self.events)[-10:])
+        self.assertGreater(released[0]["timestamp"] - began[0]["timestamp"], 3.0)
+
     def test_registrations_are_never_read_back_and_notices_still_work(self):
         """Horovod workers register their notification services (address and HMAC key,
         horovod/runner/elastic/worker.py's WorkerNotificationManager, put into the store

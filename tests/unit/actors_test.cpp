@@ -61,6 +61,7 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self,
       [](result_atom, uint64_t, std::string&) {},
       [](log_atom, std::string&) {},
       [](chanend_atom, std::string&) {},
+      [](alive_atom) { return uint32_t{0}; },
       [](deadline_atom, uint64_t) {},
   };
 }

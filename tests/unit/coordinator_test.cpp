@@ -383,6 +383,46 @@ TEST_CASE_FIXTURE(short_deadline, "coordinator: join deadlines that pass are rep
   CHECK(h->complete.empty());
 }
 
+TEST_CASE_FIXTURE(short_deadline, "coordinator: a late slot that holds state is told once, and "
+                                  "one its job finds alive is waited for from its last sign of "
+                                  "life") {
+  auto plan = std::vector<slot_info>{row("a", 0, 0, 1, 0, 2, 2), row("b", 1, 0, 1, 1, 2, 2)};
+  tell(barrier_atom::value, spec(2, plan, {}, {"a:0", "b:0"}));
+  vote("a", 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  sched.trigger_timeouts();
+  sched.run();
+  REQUIRE(h->late.size() == 1);
+  CHECK(h->late[0].second == std::vector<std::string>{"b:0"});
+  // told once: the job is asking b's worker whether it is alive
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(h->late.size() == 1);
+  // b's worker: alive just now. Its deadline is the elastic timeout from now, not from
+  // the generation's start, which passed long ago
+  tell(alive_atom::value, uint64_t{2}, std::string{"b:0"}, uint32_t{0});
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(h->late.size() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  sched.trigger_timeouts();
+  sched.run();
+  REQUIRE(h->late.size() == 2); // silent for the elastic timeout since: late again
+  CHECK(h->late[1].second == std::vector<std::string>{"b:0"});
+  // a sign of life for another generation, or of a slot it does not carry, re-arms nothing
+  tell(alive_atom::value, uint64_t{1}, std::string{"b:0"}, uint32_t{0});
+  tell(alive_atom::value, uint64_t{2}, std::string{"c:0"}, uint32_t{0});
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  sched.trigger_timeouts();
+  sched.run();
+  CHECK(h->late.size() == 2);
+  // alive again, and it comes: the generation completes
+  tell(alive_atom::value, uint64_t{2}, std::string{"b:0"}, uint32_t{0});
+  vote("b", 0);
+  CHECK(h->complete == std::vector<uint64_t>{2});
+}
+
 TEST_CASE_FIXTURE(fixture, "coordinator: after stop no generation completes") {
   auto plan = std::vector<slot_info>{row("a", 0, 0, 1, 0, 1, 1)};
   tell(barrier_atom::value, spec(2, plan, {}, {"a:0"}));

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/scheduler/test_coordinator.hpp>
@@ -54,6 +55,7 @@ struct node_log {
   std::map<uint32_t, int32_t> exit_at_launch;   // slot id -> the code its process ends with
                                                 // at once (reported before the launch reply)
   std::map<std::string, colocator_actor> colocators; // node -> its colocator
+  std::map<uint32_t, uint32_t> idle_ms; // slot id -> ms since its last sign of life (0)
 };
 node_log* the_log = nullptr;
 
@@ -197,6 +199,10 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, colocator_ac
       [](result_atom, uint64_t, std::string&) {},
       [](log_atom, std::string&) {},
       [](chanend_atom, std::string&) {},
+      [=](alive_atom) {
+        auto it = the_log->idle_ms.find(id);
+        return it == the_log->idle_ms.end() ? uint32_t{0} : it->second;
+      },
       [](deadline_atom, uint64_t) {},
   };
 }
@@ -546,6 +552,49 @@ TEST_CASE_FIXTURE(fixture, "elastic: a plan waits for every rank it carries over
   vote("b", 0);
   CHECK(names_of("generation.released").size() == 2);
   CHECK(log.envs.size() == 4);
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a rank that holds state and misses the elastic timeout "
+                           "is waited for while its worker sees it alive, and fails once it "
+                           "shows no sign of life for that long") {
+  start_elastic({"a", "b", "c", "d"}, std::chrono::milliseconds(1000), [](job_config& c) {
+    c.elastic->elastic_timeout = std::chrono::milliseconds(30);
+  });
+  discover("a:1:1\nb:2:1\n");
+  auto b0 = slot_on("b", 0);
+  discover("a:1:1\nb:2:1\nc:3:1\n"); // generation 2 forms: a and b re-join at their commit
+  vote("a", 0);
+  log.idle_ms[b0] = 0; // b's rank is in a long step: its process uses CPU time
+  for (int i = 0; i < 3; ++i) { // three elastic timeouts pass, b alive at each
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    sched.trigger_timeouts();
+    sched.run();
+  }
+  CHECK(names_of("host.blacklisted").empty());
+  CHECK(names_of("rank.slow") == std::vector<std::string>{"rank.slow:2"}); // said once
+  CHECK(names_of("generation.released").size() == 1);
+  vote("b", 0); // its step ended: it re-joins, and the plan runs
+  CHECK(names_of("generation.released").size() == 2);
+  CHECK(names_of("host.blacklisted").empty());
+  // generation 3 (d joins); b's rank now blocks: no CPU time, no output for longer than
+  // the elastic timeout
+  discover("a:1:1\nb:2:1\nc:3:1\nd:4:1\n");
+  vote("a", 0);
+  vote("c", 0);
+  log.idle_ms[b0] = 45;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  sched.trigger_timeouts();
+  sched.run();
+  auto bl = names_of("host.blacklisted");
+  REQUIRE(bl.size() == 1);
+  std::string cause;
+  for (auto& e : events())
+    if (e["name"] == "failure")
+      cause = e["context"]["cause"].get<std::string>();
+  CHECK(cause == "rank 1 (b:0) did not join generation 3 within 0.03 s (--elastic-timeout; it "
+                 "holds the state of generation 2 and was waited for while it ran): it showed "
+                 "no sign of life (no CPU time used, no output) for 0.045 s");
   interrupt();
 }
 

@@ -214,3 +214,33 @@ TEST_CASE("the shim becomes the rank's account before the command: uid, gid and 
                                           "CapEff:\t0000000000000000",
                                           "CapAmb:\t0000000000000000", "/tmp"});
 }
+
+TEST_CASE("a rank's sign of life: the CPU time of its whole process tree, which a blocked or "
+          "stopped tree does not use") {
+  // busy: a grandchild of the shim (the shell that started it only waits)
+  collector busy;
+  child_process b{sh("( while :; do :; done ) & wait"), busy.output(), busy.exit()};
+  // blocked: every process of the tree sleeps
+  collector idle;
+  child_process i{sh("sleep 30 & wait"), idle.output(), idle.exit()};
+  usleep(200'000);
+  auto b0 = tree_cpu_ticks(b.pid());
+  auto i0 = tree_cpu_ticks(i.pid());
+  usleep(400'000);
+  auto b1 = tree_cpu_ticks(b.pid());
+  auto i1 = tree_cpu_ticks(i.pid());
+  CHECK(b1 > b0 + 5); // 40 ticks of 10 ms at most; a busy loop on a shared core gets some
+  CHECK(i1 == i0);
+  // stopped (SIGSTOP, as a hung or debugged rank): no more CPU time
+  b.signal_group(SIGSTOP);
+  usleep(100'000);
+  auto s0 = tree_cpu_ticks(b.pid());
+  usleep(300'000);
+  CHECK(tree_cpu_ticks(b.pid()) == s0);
+  b.signal_group(SIGKILL);
+  i.signal_group(SIGKILL);
+  REQUIRE(busy.wait());
+  REQUIRE(idle.wait());
+  CHECK(tree_cpu_ticks(b.pid()) == 0); // gone (and reaped)
+  CHECK(tree_cpu_ticks(0) == 0);
+}

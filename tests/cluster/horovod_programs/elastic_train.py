@@ -13,7 +13,9 @@ Options (environment, so a launcher command stays plain): TRAIN_STEPS (60), TRAI
 right after it registered: the launcher cannot reach it), TRAIN_PRINT_KEY=1 (print the
 service's secret key as `key: HEX`, so a test can look for it where it must not be),
 TRAIN_START_DELAY=HOST:SECONDS (a process started on HOST sleeps that long before
-hvd.init(): a newcomer with a slow import)."""
+hvd.init(): a newcomer with a slow import), TRAIN_LONG_STEP=HOST:SECONDS:FILE (once FILE
+exists, the rank on HOST computes for SECONDS in its next step, silent, printing `long
+step on HOST` first: a step far longer than the others)."""
 
 import os
 import time
@@ -31,6 +33,9 @@ HOST = os.environ.get("HOROVOD_HOSTNAME", "?")
 delay_host, _, delay = os.environ.get("TRAIN_START_DELAY", "").partition(":")
 if delay_host == HOST:
     time.sleep(float(delay))
+long_host, _, long_rest = os.environ.get("TRAIN_LONG_STEP", "").partition(":")
+long_seconds, _, long_file = long_rest.partition(":")
+long_done = False
 hvd.init()
 torch.manual_seed(1234)
 model = torch.nn.Linear(8, 1)
@@ -45,6 +50,7 @@ def params_checksum():
 
 @hvd.elastic.run
 def train(state):
+    global long_done
     service = notification_manager._service
     if os.environ.get("TRAIN_PRINT_KEY") == "1" and service is not None:
         print(f"key: {service._wire._key.hex()}", flush=True)
@@ -60,6 +66,13 @@ def train(state):
         loss = (model(x) ** 2).mean()
         loss.backward()
         optimizer.step()
+        if long_host == HOST and not long_done and os.path.exists(long_file):
+            long_done = True
+            print(f"long step on {HOST}", flush=True)
+            end = time.monotonic() + float(long_seconds)
+            n = 0
+            while time.monotonic() < end:  # busy: the process uses CPU time, prints nothing
+                n += 1
         state.step += 1
         if hvd.rank() == 0:
             print(f"step {state.step} size {hvd.size()}", flush=True)
