@@ -154,6 +154,15 @@ MUTANTS = [
     m("colocator-cancels-any-owners-job", "slots", "actors/colocator.cpp",
       "|| (!only.empty() && only != owner))", "|| (only.empty() && only != owner))",
       "unit:a cancel from the agent stops that job's ranks*"),
+    # -- slow is not dead --------------------------------------------------------------
+    m("slow-rank-failed-at-once", "barrier", "runtime/job/generation.cpp",
+      "std::max(g.began, p.alive) + elastic_timeout", "g.began + elastic_timeout",
+      "unit:coordinator: a late slot that holds state is told once*",
+      "unit:elastic: a rank that holds state and misses the elastic timeout*"),
+    m("cpu-time-not-a-sign-of-life", "barrier", "actors/worker.cpp",
+      "  if (ticks != st.cpu_ticks) {", "  if (false) {",
+      "horovod-elastic:HorovodElastic.test_rank_in_a_long_step_is_waited_for_past_the_"
+      "elastic_timeout"),
     # -- rendezvous scopes --------------------------------------------------------------
     m("scope-cleared-at-first-finish", "rendezvous scopes", "runtime/horovod/kv_store.cpp",
       "if (static_cast<int>(done.size()) >= size->second) {", "if (!done.empty()) {",
