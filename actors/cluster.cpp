@@ -503,7 +503,8 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           auto& st = self->state;
           auto& n = settings_of(self->system());
           placement p;
-          p.error = admit(self, ticket, cert_role::driver, "discover", r.job, "job");
+          std::string owner;
+          p.error = admit(self, ticket, cert_role::driver, "discover", r.job, "job", &owner);
           if (!p.error.empty())
             return p;
           try {
@@ -529,6 +530,12 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
             it->second = {sender, r, p.waiting ? std::string{"(rejoining)"} : hosts_text(p.hosts)};
             if (fresh)
               self->monitor(addr);
+          }
+          if (!p.waiting) {
+            // the free slots it was told are its own for a moment: a job that asks next
+            // is not told them too (both would plan ranks there; one would be refused)
+            st.table.hold_growth(r, p.hosts, unix_ms(), owner);
+            nudge_watchers(self);
           }
           for (auto& h : p.hosts)
             h.holder = h.name == n.name;

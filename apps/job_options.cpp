@@ -252,8 +252,9 @@ job_options::job_options(const std::string& title, bool with_hosts) : desc{title
         "slots-per-host", po::value(&slots_per_host),
         "slots of a discovered host that prints no slot count")(
         "elastic-timeout", po::value(&elastic_timeout),
-        "seconds to wait for --min-np slots, and for a rank that holds the job's state to "
-        "re-join (default: $HOROVOD_ELASTIC_TIMEOUT or 600)")(
+        "seconds to wait for --min-np slots, and how long a rank that holds the job's state "
+        "may show no sign of life (CPU time, output) before it counts as failed while a new "
+        "plan waits for it to re-join (default: $HOROVOD_ELASTIC_TIMEOUT or 600)")(
         "reset-limit", po::value(&reset_limit),
         "stop the job after this many resets (default: no limit)")(
         "cold-joins",

@@ -49,6 +49,8 @@ void job::discover_from_cluster() {
             asked.labels = ec_.cluster_labels;
             asked.cpus_per_slot = job_.cpus_per_slot;
             asked.gpus_per_slot = job_.gpus_per_slot;
+            // at most this many ranks in all: the table holds no more of its free slots
+            asked.np = ec_.max_np ? static_cast<uint32_t>(*ec_.max_np) : 0;
             request(table, std::chrono::seconds(10), discover_atom::value, std::move(asked),
                     std::move(ticket))
                 .then(

@@ -353,8 +353,15 @@ cluster_view membership_table::view(int64_t now_ms) const {
     v.waiting.push_back(job_summary{a.job, a.owner, a.request.np, {}, a.first_ms});
   for (auto& [job, h] : held_) {
     uint32_t n = 0;
-    for (auto& [node, k] : h.slots)
-      n += k;
+    for (auto& [node, k] : h.slots) {
+      // held until k of its ranks run there: those running already are not held
+      uint32_t running = 0;
+      if (auto row = rows_.find(node); row != rows_.end())
+        for (auto& j : row->second.row.info.jobs)
+          if (j.job == job)
+            running = j.ranks;
+      n += k > running ? k - running : 0;
+    }
     if (n > 0)
       v.placed.push_back(job_summary{job, h.owner, n, {}, h.since_ms});
   }
@@ -653,6 +660,8 @@ placement_request request_of(const nlohmann::json& j) {
 std::string membership_table::placements_text() const {
   auto held = nlohmann::json::array();
   for (auto& [job, h] : held_) {
+    if (h.growth)
+      continue; // a few seconds' hold: the job asks again the restarted table
     auto hosts = nlohmann::json::array();
     for (auto& p : h.answer.hosts)
       hosts.push_back({{"name", p.name},
@@ -782,6 +791,42 @@ std::vector<placed_host> membership_table::available(const placement_request& r,
   return out;
 }
 
+void membership_table::hold_growth(const placement_request& r,
+                                   const std::vector<placed_host>& hosts, int64_t now_ms,
+                                   const std::string& owner, int64_t hold_ms) {
+  auto it = held_.find(r.job);
+  if (it != held_.end() && !it->second.growth)
+    return; // placed: its own hold stands
+  std::map<std::string, uint32_t> own;
+  uint64_t own_total = 0;
+  for (auto& [name, e] : rows_)
+    for (auto& j : e.row.info.jobs)
+      if (j.job == r.job) {
+        own[name] = j.ranks;
+        own_total += j.ranks;
+      }
+  uint64_t want = r.np == 0 ? UINT64_MAX : (r.np > own_total ? r.np - own_total : 0);
+  held h;
+  h.owner = owner;
+  h.growth = true;
+  h.since_ms = now_ms;
+  h.until_ms = now_ms + hold_ms;
+  for (auto& host : hosts) {
+    auto mine = own[host.name];
+    if (want == 0 || host.slots <= mine)
+      continue;
+    auto take = std::min<uint64_t>(want, host.slots - mine);
+    h.slots[host.name] = static_cast<uint32_t>(mine + take); // held until that many run
+    want -= take;
+  }
+  if (h.slots.empty()) {
+    if (it != held_.end())
+      held_.erase(it);
+    return;
+  }
+  held_[r.job] = std::move(h);
+}
+
 void membership_table::release(const std::string& job, const std::string& owner) {
   if (auto it = held_.find(job); it != held_.end() && it->second.owner == owner)
     held_.erase(it);
@@ -858,6 +903,8 @@ struct job_row {
   std::string state() const {
     if (asked)
       return fmt::format("waiting for {} slot{}", asked, asked == 1 ? "" : "s");
+    if (held && ranks)
+      return fmt::format("running ({} more slot{} held: it grows)", held, held == 1 ? "" : "s");
     if (held)
       return fmt::format("starting ({} slot{} held)", held, held == 1 ? "" : "s");
     return "running";
@@ -922,7 +969,7 @@ nlohmann::json jobs_json(const cluster_view& v) {
                    {"slots_held", r.held},
                    {"waiting_for", r.asked},
                    {"since_ms", r.since},
-                   {"state", r.asked ? "waiting" : r.held ? "starting" : "running"}});
+                   {"state", r.asked ? "waiting" : r.held && !r.ranks ? "starting" : "running"}});
   }
   return {{"holder", v.holder}, {"now_ms", v.now_ms}, {"jobs", out}};
 }

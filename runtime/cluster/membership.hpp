@@ -198,6 +198,14 @@ public:
   /// jobs waiting in line asked for: it keeps its own ranks but grows only into slots no
   /// waiting job needs), those with none left out.
   std::vector<placed_host> available(const placement_request& r, int64_t now_ms);
+  /// An elastic job that follows the table was told `hosts` (available()): the slots there
+  /// beyond its running ranks, at most `r.np` less its ranks in all (0: no bound, its
+  /// --max-np), are held for it until its ranks there run or `hold_ms` passes, so a job
+  /// that asks next is not told the same free slots (two growing jobs would both plan
+  /// ranks on them, and one would be refused). Each ask replaces the job's last growth
+  /// hold; a placed job's hold is left as it is. `owner`: the asking driver's name.
+  void hold_growth(const placement_request& r, const std::vector<placed_host>& hosts,
+                   int64_t now_ms, const std::string& owner = {}, int64_t hold_ms = 10000);
   /// A table whose agent restarted: the members its last table had (`expected`) are
   /// joining again. Until they all have, or `until_ms`, a job that does not fit yet waits
   /// instead of being refused, and discovery is answered as not final, so elastic jobs
@@ -225,6 +233,7 @@ private:
     std::map<std::string, uint32_t> slots; // node -> slots not yet reported by its agent
     int64_t until_ms = 0, since_ms = 0;
     placement answer;
+    bool growth = false; // an elastic job's growth (hold_growth), not a placement
   };
   std::map<std::string, held> held_; // by job
   // What a rank of a job placed or discovering here needs (CPUs, GPUs): a node's other

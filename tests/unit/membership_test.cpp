@@ -287,6 +287,59 @@ TEST_CASE("placement: an elastic job keeps its ranks but grows only into slots n
   CHECK(slots(7500) == "ha:4"); // hb's last slot is promised to x; ha is not
 }
 
+TEST_CASE("placement: a growing elastic job holds the free slots it was told, so the next job "
+          "to ask is not told them too") {
+  membership_table t;
+  // ha: 4 slots, e1 runs 2 ranks there, e2 runs 1: one slot is free
+  CHECK(t.join(1, with_jobs(node("ha", 4), {{"e1", "alice", 2, {}, 0}, {"e2", "bob", 1, {}, 0}}),
+               cert("ha"), 0) == "");
+  auto slots = [&](const placement_request& r, int64_t now) {
+    std::string out;
+    for (auto& h : t.available(r, now))
+      out += (out.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);
+    return out;
+  };
+  auto e1 = job("e1", 0), e2 = job("e2", 0);
+  CHECK(slots(e1, 1000) == "ha:3");
+  CHECK(slots(e2, 1000) == "ha:2"); // both would be told the free slot
+  // e1 asks (its discovery): the free slot is held for it
+  t.hold_growth(e1, t.available(e1, 1000), 1000, "alice", 10000);
+  CHECK(slots(e2, 1100) == "ha:1"); // e2 keeps its rank, is not told the slot
+  CHECK(slots(e1, 1100) == "ha:3"); // e1 still is
+  // e2 asking now holds nothing, and takes nothing from e1's hold
+  t.hold_growth(e2, t.available(e2, 1100), 1100, "bob", 10000);
+  CHECK(slots(e1, 1200) == "ha:3");
+  auto v = t.view(1200);
+  REQUIRE(v.placed.size() == 1);
+  CHECK(v.placed[0].job == "e1");
+  CHECK(v.placed[0].ranks == 1); // the held slot, not its running ranks
+  CHECK(render_jobs(v).find("running (1 more slot held: it grows)") != std::string::npos);
+  // e1's third rank runs: the hold is let go (the slot is its rank's now)
+  t.update(1, with_jobs(node("ha", 4), {{"e1", "alice", 3, {}, 0}, {"e2", "bob", 1, {}, 0}}),
+           1300);
+  CHECK(slots(e2, 1400) == "ha:1");
+  CHECK(t.view(1400).placed.empty());
+  // a hold that is not used ends after its time: e1 shrank back to 2 and asked, then
+  // never grew
+  t.update(1, with_jobs(node("ha", 4), {{"e1", "alice", 2, {}, 0}, {"e2", "bob", 1, {}, 0}}),
+           1500);
+  t.hold_growth(e1, t.available(e1, 1500), 1500, "alice", 10000);
+  CHECK(slots(e2, 1600) == "ha:1");
+  CHECK(slots(e2, 1500 + 10001) == "ha:2");
+  // a job at its --max-np holds nothing (it would not grow into the slot)
+  auto capped = job("e1", 2);
+  t.hold_growth(capped, t.available(capped, 20000), 20000, "alice", 10000);
+  CHECK(slots(e2, 20100) == "ha:2");
+  // ... and one below it holds no more than it may still add
+  t.update(1, with_jobs(node("ha", 8), {{"e1", "alice", 2, {}, 0}, {"e2", "bob", 1, {}, 0}}),
+           21000);
+  auto three = job("e1", 3);
+  t.hold_growth(three, t.available(three, 21000), 21000, "alice", 10000);
+  CHECK(slots(e2, 21100) == "ha:5"); // 8 - 2 (e1's) - 1 held for e1; e2's own 1 counts
+  // a growth hold is not written for the table's restart (the job asks the new table)
+  CHECK(t.placements_text().find("e1") == std::string::npos);
+}
+
 TEST_CASE("node book: --slots counts every job's ranks on the node; each holds an index") {
   node_book b;
   b.set_capacity(3);
