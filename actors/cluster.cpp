@@ -120,6 +120,7 @@ struct table_state {
     caf::strong_actor_ptr job_actor;
     placement_request asked; // its job, labels and what a rank needs
     std::string last;        // what it got, as text
+    std::string owner;       // its driver certificate's name (its growth hold's owner)
   };
   std::map<caf::actor_addr, watcher> watchers;
   uint64_t nudges = 0;
@@ -332,7 +333,11 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
           st.table.release(job, owner);
         st.placers.erase(p);
       }
-      st.watchers.erase(dm.source);
+      if (auto w = st.watchers.find(dm.source); w != st.watchers.end()) {
+        // its driver is gone: the slots held for its growth are free now
+        st.table.release(w->second.asked.job, w->second.owner);
+        st.watchers.erase(w);
+      }
       std::vector<uint64_t> lost;
       for (auto& [id, m] : st.members)
         if (m.joiner.address() == dm.source)
@@ -527,7 +532,8 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
             auto addr = caf::actor_cast<caf::actor_addr>(sender);
             auto [it, fresh] = st.watchers.try_emplace(addr);
             // (an answer that is not final yet: the job is nudged once the window ends)
-            it->second = {sender, r, p.waiting ? std::string{"(rejoining)"} : hosts_text(p.hosts)};
+            it->second = {sender, r, p.waiting ? std::string{"(rejoining)"} : hosts_text(p.hosts),
+                          owner};
             if (fresh)
               self->monitor(addr);
           }

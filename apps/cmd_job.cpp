@@ -91,6 +91,7 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
   // The table's node when it went away: the middleman may still hand out its cached
   // connection to that node for a moment (the joiner guards the same way).
   caf::node_id gone_nid;
+  bool no_table = false; // an agent answered, without a cluster table
   auto connect = [&]() -> std::string {
     std::string why;
     self->request(net::module().connector(sys, creds.has_value()), std::chrono::seconds(10),
@@ -104,8 +105,10 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
               }
               nid = n;
               table = caf::actor_cast<cluster_actor>(published);
-              if (!table)
+              if (!table) {
+                no_table = true;
                 why = fmt::format("{} is a caf-hvd node agent without a cluster table", peer);
+              }
             },
             [&](caf::error& e) {
               why = fmt::format("cannot reach the cluster at {}: {}", peer,
@@ -115,8 +118,28 @@ std::string place_on_cluster(caf::scoped_actor& self, caf::actor_system& sys,
       self->monitor(table); // its link breaking is seen at the next ask, not after a timeout
     return why;
   };
-  if (auto why = connect(); !why.empty())
-    return why;
+  if (auto why = connect(); !why.empty()) {
+    // Its agent may be restarting (an upgrade's step): the job waits for it as it would
+    // for slots, saying so, unless it is not a table at all.
+    auto restarting = [&] {
+      return !no_table && why.find("connection refused or host unreachable") != std::string::npos;
+    };
+    if (!restarting() || wait.count() == 0)
+      return why;
+    std::cerr << fmt::format("caf-hvd: {}; trying again until --slot-wait ({} s) ends\n", why,
+                             r.slot_wait);
+    while (!(why = connect()).empty()) {
+      if (!restarting())
+        return why;
+      if (std::chrono::steady_clock::now() >= deadline)
+        return fmt::format("{} (tried for --slot-wait {} s)", why, r.slot_wait);
+      auto set = termination_signals();
+      timespec ts{0, 500 * 1000 * 1000};
+      if (int sig = sigtimedwait(&set, nullptr, &ts); sig > 0)
+        return fmt::format("{} while waiting for the cluster at {}", strsignal(sig), peer);
+    }
+    std::cerr << fmt::format("caf-hvd: the cluster at {} answers\n", peer);
+  }
   // Whether the table's link broke since the last ask (CAF fails no request to a node that
   // is gone before the request's timeout; its proxy's down message comes at once).
   auto table_gone = [&] {

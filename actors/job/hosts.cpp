@@ -121,8 +121,23 @@ void job::on_discovered(bool ok, const std::string& text) {
     error = text.rfind("could not", 0) == 0 ? text : fmt::format("it {}", text);
   }
   if (!error.empty()) {
+    // A table that cannot be reached yet (its agent restarting, an upgrade's step) is
+    // waited for, up to --start-timeout from the job's start, saying so once.
+    if (first && ec_.cluster
+        && error.find("connection refused or host unreachable") != std::string::npos
+        && clock_type::now() - started_ < job_.start_timeout) {
+      discovery_runs_ = 0; // the next call is still the first
+      if (!table_wait_said_) {
+        table_wait_said_ = true;
+        say("waiting for {}: {}; trying again every second for up to {} s (--start-timeout)",
+            discovery_name(), error, job_.start_timeout.count() / 1000.0);
+      }
+      delayed_send(this, std::chrono::seconds(1), discover_atom::value);
+      return;
+    }
     if (first)
-      return fail(fmt::format("{} failed on its first call: {}", discovery_name(), error));
+      return fail(fmt::format("{} failed on its first call: {}{}", discovery_name(), error,
+                              table_wait_said_ ? " (tried for --start-timeout)" : ""));
     say("warning: {} failed (keeping the last host set, trying again in {} s): {}",
         discovery_name(), ec_.discovery_interval.count() / 1000.0, error);
     return discovery_ended();

@@ -360,6 +360,7 @@ private:
   std::mt19937_64 rng_;
   std::string job_id_;
   clock_type::time_point started_;
+  bool table_wait_said_ = false; // the cluster's table could not be reached at first
   coordinator_full_actor coord_; // the job's servers, registrations, assignments, votes
   event_log events_;             // --events FILE
   bool finishing_ = false;       // a rank of the current generation exited 0

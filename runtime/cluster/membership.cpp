@@ -307,6 +307,7 @@ void membership_table::expire(int64_t now_ms, int64_t keep_ms) {
       it = rows_.erase(it);
     else
       ++it;
+  settle(now_ms, 5000); // holds that ran out or whose ranks run, jobs that stopped asking
 }
 
 std::string membership_table::set_drained(const std::string& name, bool drained) {
@@ -352,6 +353,8 @@ cluster_view membership_table::view(int64_t now_ms) const {
   for (auto& a : queue_)
     v.waiting.push_back(job_summary{a.job, a.owner, a.request.np, {}, a.first_ms});
   for (auto& [job, h] : held_) {
+    if (now_ms > h.until_ms)
+      continue; // ran out (let go at the next settle)
     uint32_t n = 0;
     for (auto& [node, k] : h.slots) {
       // held until k of its ranks run there: those running already are not held

@@ -164,7 +164,8 @@ public:
   bool update(uint64_t member, const member_info& info, int64_t now_ms);
   /// Its link broke (lost) or it said it stops (left); returns the names it held.
   std::vector<std::string> gone(uint64_t member, bool left, int64_t now_ms);
-  /// Forgets rows gone for longer than `keep_ms`.
+  /// Forgets rows gone for longer than `keep_ms`, holds that ran out or whose ranks run,
+  /// and waiting jobs that stopped asking.
   void expire(int64_t now_ms, int64_t keep_ms);
   /// An administrator drains (true) or undrains a node: it gets no new ranks, elastic
   /// jobs leave it. An undrain also clears the node's own draining mark until its next

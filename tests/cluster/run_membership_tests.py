@@ -878,6 +878,43 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         out, err = c.communicate(timeout=60)
         self.assertEqual(c.returncode, 0, err)
 
+    def test_jobs_started_while_the_tables_agent_restarts_wait_for_it(self):
+        """A static and an elastic job started while the agent that holds the table is down
+        (an upgrade's step) wait for it, saying so, and run once it is back; they failed
+        at once ("cannot reach the cluster")."""
+        names = [x["name"] for x in self.h.hosts]
+        state = self.state_dirs(1)[0]
+        holder = self.agent(0, "--state-dir", state)
+        self.agent(1)
+        self.wait_for("two nodes alive", self.all_alive(names[:2]))
+        os.killpg(holder.pid, signal.SIGTERM)
+        self.assertEqual(holder.wait(timeout=60), 0)
+        static = subprocess.Popen(
+            ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver", "--cluster-dir",
+             self.driver_dir, "--cluster", f"{self.head}:{PORT}", "-np", "2", "--placement", "spread", "--",
+             "sh", "-c", 'echo "ran on $HOROVOD_HOSTNAME"'],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.h.procs.append(static)
+        elastic, until, seen = self.elastic_allreduce(100, "--min-np", "1")
+        for p, said in ((static, r"cannot reach the cluster at .*: connection refused or host "
+                                 r"unreachable .*; trying again until --slot-wait \(60 s\) ends"),
+                        (elastic, r"waiting for the cluster's table at .*: could not reach it: "
+                                  r"connection refused or host unreachable .*; trying again every "
+                                  r"second for up to \d+ s \(--start-timeout\)")):
+            line = p.stderr.readline()
+            self.assertRegex(line, said, line + (p.stderr.read() if p.poll() is not None else ""))
+        self.assertIsNone(static.poll())
+        self.assertIsNone(elastic.poll())
+        self.agent(0, "--state-dir", state)
+        out, err = static.communicate(timeout=60)
+        self.assertEqual(static.returncode, 0, err[-3000:])
+        self.assertIn("the cluster at", err)
+        self.assertEqual(sorted(x[0] for x in rank_lines(out).values()),
+                         sorted(f"ran on {n}" for n in names[:2]))
+        until(r"elastic run done", timeout=120)
+        elastic.wait(timeout=60)
+        self.assertEqual(elastic.returncode, 0, elastic.stderr.read()[-3000:])
+
     def test_an_elastic_job_keeps_its_hosts_while_the_tables_agent_restarts(self):
         """Issue 50 item 1: an elastic job on two members; the agent that holds the table
         restarts while one member's agent is paused, so the new table first knows one
