@@ -537,12 +537,13 @@ cluster_actor spawn_cluster_table(caf::actor_system& sys, const std::string& joi
             if (fresh)
               self->monitor(addr);
           }
-          if (!p.waiting) {
-            // the free slots it was told are its own for a moment: a job that asks next
-            // is not told them too (both would plan ranks there; one would be refused)
-            st.table.hold_growth(r, p.hosts, unix_ms(), owner);
-            nudge_watchers(self);
-          }
+          // The free slots it was told are its own for a moment: a job that asks next is
+          // not told them too, nor placed on them (both would plan ranks there; one would
+          // be refused). Also while members join again: a job's first discovery uses
+          // that answer (cluster_chaos.py found a static job placed on slots a new elastic
+          // job had just been told of, then refused by the node).
+          st.table.hold_growth(r, p.hosts, unix_ms(), owner);
+          nudge_watchers(self);
           for (auto& h : p.hosts)
             h.holder = h.name == n.name;
           return p;

@@ -318,7 +318,7 @@ class Chaos:
                                    for t in self.restarts[i])):
                 healthy_bl.append(host)
         if rc != 0 and not why:
-            errors = [x for x in err.splitlines() if "error:" in x]
+            errors = [x for x in err.splitlines() if "error:" in x or "summary: exit" in x]
             why = (errors[0] if errors else (err.strip().splitlines() or ["?"])[-1])[:220]
         line = (f"job {j['n']:3d}: {j['kind']:7s} {verdict:7s} exit {rc:4d} {seconds:5.1f} s, "
                 f"faults: {', '.join(j['faults']) or '-'}")

@@ -163,6 +163,15 @@ MUTANTS = [
       "  if (ticks != st.cpu_ticks) {", "  if (false) {",
       "horovod-elastic:HorovodElastic.test_rank_in_a_long_step_is_waited_for_past_the_"
       "elastic_timeout"),
+    # -- growth holds, a table that restarts under new jobs ---------------------------
+    m("growth-not-held", "placement", "runtime/cluster/membership.cpp",
+      "  if (it != held_.end() && !it->second.growth)\n    return; // placed: its own hold stands",
+      "  if (true)\n    return;",
+      "unit:placement: a growing elastic job holds the free slots*"),
+    m("driver-gives-up-on-a-restarting-table", "placement", "apps/cmd_job.cpp",
+      "    if (!restarting() || wait.count() == 0)\n      return why;",
+      "    if (true)\n      return why;",
+      "membership:MembershipTest.test_jobs_started_while_the_tables_agent_restarts_wait_for_it"),
     # -- rendezvous scopes --------------------------------------------------------------
     m("scope-cleared-at-first-finish", "rendezvous scopes", "runtime/horovod/kv_store.cpp",
       "if (static_cast<int>(done.size()) >= size->second) {", "if (!done.empty()) {",
