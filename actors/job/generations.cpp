@@ -136,6 +136,10 @@ bool job::previous_generation_survives() const {
   // next plan starts afresh (the processes still inside their first one were restarted).
   if (speaks_gloo_ && !state_made())
     return true;
+  // No process of the job was ever started (its first plan's node refused its ranks, or
+  // was lost before they started): nothing ran, nothing to lose.
+  if (std::none_of(slots_.begin(), slots_.end(), [](auto& p) { return p.second.launched; }))
+    return true;
   std::vector<slot_process> procs;
   for (auto& [id, s] : slots_)
     procs.push_back(process_of(s));

@@ -598,6 +598,21 @@ TEST_CASE_FIXTURE(fixture, "elastic: a rank that holds state and misses the elas
   interrupt();
 }
 
+TEST_CASE_FIXTURE(fixture, "elastic: a job whose first plan's ranks never started loses no "
+                           "state when that plan's hosts go: it starts afresh elsewhere") {
+  log.silent_hosts = {"a"}; // a's workers never report: its ranks are never launched
+  start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
+  discover("a:1:2\n");
+  CHECK(names_of("generation.begin").size() == 1);
+  CHECK(log.envs.empty()); // nothing started
+  discover("b:2:2\n"); // a is gone from the cluster's answer (its slots went to another job)
+  CHECK_FALSE(job_ended());
+  CHECK(names_of("generation.begin").size() == 2);
+  CHECK(log.envs.size() == 2); // b's two ranks run
+  CHECK(env_value(log.envs[slot_on("b", 0)], "HOROVOD_SIZE") == "2");
+  interrupt();
+}
+
 TEST_CASE_FIXTURE(fixture, "elastic: fresh slots of a plan that is never released are dropped "
                            "when the job ends, without a process") {
   start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
