@@ -171,9 +171,9 @@ class Chaos:
         t.start()
 
     def restart(self, i, sig, pause):
-        self.stop_agent(i, sig)
-        with self.lock:
+        with self.lock:  # (before the stop: a job may blacklist the node as it stops)
             self.restarts[i].append(time.time())
+        self.stop_agent(i, sig)
         time.sleep(pause)
         t0 = time.monotonic()
         self.start_agent(i)

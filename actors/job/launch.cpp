@@ -478,6 +478,21 @@ void job::on_exit(const rank_exit& ex) {
     return failed_fast(*s, why, how, std::max(st.launcher_code(), 1));
   if (collateral_exit(*s, how, st.signal, why))
     return;
+  if (!ex.stopped_by.empty()) {
+    // Its node agent stopped it as it shut down (a restart, an upgrade without a drain):
+    // the node leaves, as a drained one does, and is taken again once it is listed again;
+    // its host is not to blame.
+    auto& h = hosts_.at(s->endpoint);
+    say("rank {} on host {} {}: the job leaves the node until it is listed again", s->rank,
+        h.info.name, why);
+    h.listed = false;
+    s->running = false;
+    reset_reason_ = "a node agent shut down";
+    break_generation(s->endpoint);
+    abort_gloo();
+    reconsider();
+    return maybe_finish();
+  }
   slot_failed(*s, why);
 }
 

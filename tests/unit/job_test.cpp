@@ -350,8 +350,9 @@ struct fixture {
     sched.run();
   }
 
-  void exit(uint32_t id, int32_t code) {
-    caf::send_as(log.spawned.at(id), job, exited_atom::value, rank_exit{id, "fake", code, 0, {}, {}});
+  void exit(uint32_t id, int32_t code, std::string stopped_by = {}) {
+    caf::send_as(log.spawned.at(id), job, exited_atom::value,
+                 rank_exit{id, "fake", code, 0, {}, std::move(stopped_by)});
     log.workers.erase(id);
     sched.run();
   }
@@ -610,6 +611,23 @@ TEST_CASE_FIXTURE(fixture, "elastic: a job whose first plan's ranks never starte
   CHECK(names_of("generation.begin").size() == 2);
   CHECK(log.envs.size() == 2); // b's two ranks run
   CHECK(env_value(log.envs[slot_on("b", 0)], "HOROVOD_SIZE") == "2");
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a rank its node agent stopped as it shut down is no "
+                           "failure: the node leaves until listed again, not blacklisted") {
+  start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
+  discover("a:1:1\nb:2:1\n");
+  REQUIRE(log.envs.size() == 2);
+  exit(slot_on("b", 0), 143, "node agent 'b' received Terminated");
+  CHECK_FALSE(job_ended());
+  CHECK(names_of("host.blacklisted").empty());
+  CHECK(names_of("generation.begin").size() == 2); // a alone
+  vote("a", 0);
+  discover("a:1:1\nb:2:1\n"); // b's agent is back and listed: the job grows onto it again
+  vote("a", 0);
+  CHECK(names_of("generation.begin").size() == 3);
+  CHECK(names_of("host.blacklisted").empty());
   interrupt();
 }
 
