@@ -41,6 +41,15 @@ def report_job(n, verdicts, rc, seconds, counted, faults, lost, why, left, log_p
             f.write(f"==== job {n}: {verdicts} {faults}\n{out}\n---- stderr\n{err}\n")
 
 
+def cmdline(pid):
+    """A process's command line, its arguments joined by spaces ("" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def start_collected(cmd):
     """Starts `cmd` in a session of its own; its stdout and stderr lines are collected by
     two threads into lists. Returns (process, out lines, err lines, reader threads)."""

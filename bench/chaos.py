@@ -42,7 +42,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_env import BUILD, end_collected, report_job, start_collected  # noqa: E402
+from bench_env import BUILD, cmdline, end_collected, report_job, start_collected  # noqa: E402
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE",
                            os.path.join(BUILD, "apps", "caf-hvd-allreduce"))
 import netns  # noqa: E402
@@ -52,14 +52,6 @@ PORT = 24780
 EXPLAINED = [r"no host of generation \d+ is left to carry the job's state",
              r"every host is blacklisted", r"elastic timeout \(.*\) expired",
              r"reaches the reset limit", r"start timeout \(.*\) expired"]
-
-
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 class Soak:

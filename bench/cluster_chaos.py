@@ -50,7 +50,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_env import BUILD, end_collected, start_collected  # noqa: E402
+from bench_env import BUILD, cmdline, end_collected, start_collected  # noqa: E402
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE",
                            os.path.join(BUILD, "apps", "caf-hvd-allreduce"))
 import netns  # noqa: E402
@@ -62,14 +62,6 @@ PORT = 24780
 # its node, an elastic job only when every host of its generation goes at once.
 ELASTIC_EXPLAINED = [r"no host of generation \d+ is left to carry the job's state",
                      r"every host is blacklisted"]
-
-
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 class Chaos:
@@ -134,19 +126,16 @@ class Chaos:
         return self.h.run(0, [CAF_HVD, verb, *args, "--cluster", f"{self.head}:{PORT}",
                               "--cluster-dir", creds or self.driver_dir], timeout=timeout)
 
-    def table(self):
+    def view(self, verb):
+        """`caf-hvd status|jobs --json` as JSON, or None when the table does not answer."""
         try:
-            rc, out, _ = self.cli("status", "--json", timeout=15)
+            rc, out, _ = self.cli(verb, "--json", timeout=15)
         except AssertionError:
             return None
         return json.loads(out) if rc == 0 else None
 
-    def jobs_view(self):
-        try:
-            rc, out, _ = self.cli("jobs", "--json", timeout=15)
-        except AssertionError:
-            return None
-        return json.loads(out) if rc == 0 else None
+    def table(self):
+        return self.view("status")
 
     def full(self, t):
         return t is not None and all(
@@ -382,7 +371,7 @@ class Chaos:
         self.settle()
         deadline = time.monotonic() + 30
         while True:
-            t, v = self.table(), self.jobs_view()
+            t, v = self.table(), self.view("jobs")
             ranks = {}
             for i, h in enumerate(self.h.hosts):
                 pids = netns.sh("ip", "netns", "pids", h["ns"], check=False).stdout.split()
