@@ -18,7 +18,8 @@
 //   newcomer ══HTTP (held)══▶ lot port ──parked──▶ job   (warm joins: it waits at its
 //                                      first rendezvous until its plan's release)
 //
-// The cluster (actors/cluster.cpp; every agent publishes its table actor on its port):
+// The cluster (actors/cluster.cpp, actors/joiner.cpp; every agent publishes its table actor
+// on its port):
 //   joiner (agent with --join) ──join(ticket)/update/left──▶ table (the agent it joined)
 //   table ──monitor──▶ joiner (its link breaks: lost)   joiner ──monitor──▶ table (re-join)
 //   caf-hvd status ──table(driver ticket)──▶ table ──▶ cluster_view (or where the table is)

@@ -114,7 +114,7 @@ MUTANTS = [
       "  if (false)\n    if (auto why = write_drain_mark(",
       "membership:MembershipTest.test_a_drain_outlives_its_agents_restart_and_an_undrain_"
       "given_while_away_ends_it"),
-    m("undrain-while-away-ignored", "restarts", "actors/cluster.cpp",
+    m("undrain-while-away-ignored", "restarts", "actors/joiner.cpp",
       "} else if (answer.undrained && n.draining->load()) {", "} else if (false) {",
       "membership:MembershipTest.test_a_drain_outlives_its_agents_restart_and_an_undrain_"
       "given_while_away_ends_it"),

@@ -17,8 +17,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Cluster, free_port, kill_at_deadline, leftover_ranks, pid_with_env,  # noqa: E402
-                     pids_matching, raw_http, rendezvous_of, run_suite, wait_until)
+from harness import (Cluster, describe_pids, free_port, kill_at_deadline, leftover_ranks,  # noqa: E402
+                     pid_with_env, pids_matching, raw_http, rendezvous_of, run_suite, wait_until)
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
@@ -244,10 +244,13 @@ class ElasticTest(unittest.TestCase):
         self.c.node("ha")
         self.c.node("hb")
         self.set_hosts(("ha", 1), ("hb", 1))
+        # this test's own rank command: a `sleep 30...` of another test or of the machine
+        # must not count (a fresh-clone CI run once timed out on one)
+        rank_cmd = f"sleep 30.{os.getpid()}{time.monotonic_ns() % 1000}"
         program = ["sh", "-c", 'if [ "$HOROVOD_RANK" = 0 ]; then echo done; exit 0; fi; '
-                               "echo waiting; sleep 30"]
+                               f"echo waiting; {rank_cmd}"]
         self.start("--min-np", "2", program=program)
-        wait_until(lambda: pid_with_env("sleep", prefix=True, HOROVOD_RANK=1) is not None, 20,
+        wait_until(lambda: pid_with_env(rank_cmd, prefix=True, HOROVOD_RANK=1) is not None, 20,
                    "rank 1 to start")
         # rank 0's exit has reached the driver: its own event says so (not a sleep)
         wait_until(lambda: self.rank_ended(0), 20, "the driver's rank.ended event of rank 0")
@@ -257,8 +260,11 @@ class ElasticTest(unittest.TestCase):
         self.assertRegex(err, r"node agent hb \(127\.0\.0\.1:\d+\) was lost after a rank of "
                               r"the final generation had finished \(.*\); the exits of its "
                               r"ranks were not seen, so the job cannot report success")
-        wait_until(lambda: not pids_matching("sleep 30", prefix=True), 10,
-                   "the lost agent's rank to be gone")
+        try:
+            wait_until(lambda: not pids_matching(rank_cmd, prefix=True), 10,
+                       "the lost agent's rank to be gone")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {describe_pids(pids_matching(rank_cmd, prefix=True))}")
 
     def test_hung_node_agent(self):
         """An agent stopped with SIGSTOP: heartbeats time out, its host leaves the job, and
