@@ -37,15 +37,46 @@ void job::reconsider() {
         && it->second.listed)
       available.push_back(ep);
   }
-  order_ = order_hosts(order_, available);
+  auto before = order_;
+  order_ = order_hosts(before, available);
+  std::string kept; // a draining node kept as the carrier of the job's only state
+  if (gen_.number > 0 && !previous_generation_survives())
+    kept = draining_carrier(before);
+  if (!kept.empty()) {
+    // The drain would take the job's only training state with it: its node stays in the
+    // plan with one rank, the state's carrier (rank 0 of the plan, as it is the oldest
+    // host), beside the hosts at hand; once their newcomers finished hvd.init() (and so
+    // were sent the state) the next plan leaves it (on_reached).
+    auto& h = hosts_.at(kept);
+    if (order_.empty()) {
+      order_ = {kept}; // the oldest host still: rank 0's once others come
+      if (carrier_told_.insert({kept, released_gen_}).second)
+        say("node {} drains and its ranks hold the job's only training state (generation "
+            "{}): the job runs on there until another host is listed to carry the state over, "
+            "or the drain stops them",
+            h.info.name, released_gen_);
+      return;
+    }
+    available.push_back(kept);
+    order_ = order_hosts(before, available);
+    if (carrier_told_.insert({kept, released_gen_}).second) {
+      say("node {} drains and its ranks hold the job's only training state (generation {}): "
+          "its rank {} stays in the next plan to carry the state to the new hosts, and the "
+          "node is left once they hold it",
+          h.info.name, released_gen_, current(slot_key(h.info.name, 0))->rank);
+      events_.emit("host.carries", {{"host", h.info.name}, {"generation", released_gen_}});
+    }
+  }
+  carrier_kept_ = kept;
   std::vector<host_slots> hs;
   int total = 0;
   for (auto& ep : order_) {
     auto& h = hosts_.at(ep);
-    hs.push_back({h.info.name, h.slots()});
-    total += h.slots();
+    int n = ep == kept ? 1 : h.slots();
+    hs.push_back({h.info.name, n});
+    total += n;
   }
-  if (gen_.number > 0 && !previous_generation_survives()) {
+  if (kept.empty() && gen_.number > 0 && !previous_generation_survives()) {
     bool all_black =
         std::all_of(hosts_.begin(), hosts_.end(), [](auto& p) { return p.second.blacklisted; });
     auto first = first_failure_ ? "; first failure: " + *first_failure_ : std::string{};
@@ -144,6 +175,26 @@ bool job::previous_generation_survives() const {
   for (auto& [id, s] : slots_)
     procs.push_back(process_of(s));
   return !state_carriers(released_gen_, procs, available).empty();
+}
+
+// A node that drains (ready, not blacklisted) whose local rank 0 runs and carries the last
+// released generation's state: the job may keep it as the state's carrier when no other
+// host has the state (the first such node in the job's host order); "" if none.
+std::string job::draining_carrier(const std::vector<std::string>& order) {
+  if (released_gen_ == 0)
+    return {};
+  for (auto& ep : order_hosts(order, ever_listed_)) {
+    auto& h = hosts_.at(ep);
+    if (!h.draining || h.blacklisted || h.st != ehost::status::ready)
+      continue;
+    auto* s = current(slot_key(h.info.name, 0));
+    if (!s || s->endpoint != ep)
+      continue;
+    std::set<std::string> here{h.info.name};
+    if (!state_carriers(released_gen_, {process_of(*s)}, here).empty())
+      return ep;
+  }
+  return {};
 }
 
 slot_process job::process_of(const eslot& s) const {

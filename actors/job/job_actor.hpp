@@ -261,6 +261,7 @@ private:
   void plan_ready(std::vector<slot_info> plan, const std::vector<host_slots>& hs);
   void start_fixed_generation();
   bool previous_generation_survives() const;
+  std::string draining_carrier(const std::vector<std::string>& order);
   slot_process process_of(const eslot& s) const;
   void wait_for_slots(int total, bool tell = true);
   std::string available_text(int total);
@@ -397,6 +398,10 @@ private:
   uint64_t released_gen_ = 0;  // the last released one: its ranks hold the job's state
   // (generation, slot) pairs said to be slow: past the deadline, alive
   std::set<std::pair<uint64_t, std::string>> slow_told_;
+  // A draining node kept in the plan as the carrier of the job's only state (its
+  // endpoint; "" if none), and the (endpoint, generation) pairs said so
+  std::string carrier_kept_;
+  std::set<std::pair<std::string, uint64_t>> carrier_told_;
   std::vector<slot_info> released_plan_;
   std::vector<host_slots> released_hosts_; // its hosts and slots: what the running ranks know
   std::vector<host_slots> plan_hosts_;

@@ -38,6 +38,9 @@ void job::on_reached(uint64_t g, const std::string& key, bool cross, bool connec
                                      {"scope", cross ? "cross" : "global"},
                                      {"connected", connected}});
   }
+  // A draining node kept as the state's carrier is left once a rank elsewhere holds it.
+  if (connected && !carrier_kept_.empty() && !done_ && !finishing_)
+    reconsider();
   // A static executor's ranks rendezvous only inside a call, each call anew: the rules
   // below are for processes that are the training (an elastic executor's are: each runs
   // the worker function once and ends with it; a static executor's may outlive many).

@@ -7,6 +7,7 @@ run as root. Prints 'N passed, N failed'."""
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -30,19 +31,34 @@ CLUSTER = os.environ["CAF_HVD_CLUSTER_DIR"]
 
 def line_reader(p):
     """until(pattern, timeout) reads p's stdout up to a line matching pattern (failing with
-    the lines read when none comes), and the list of lines read so far."""
+    the lines read when none comes, at the deadline even while no line comes), and the
+    list of lines read so far. It reads the pipe itself, never past the matched line, so
+    that p.communicate() later gets every line after it (communicate() reads the pipe's
+    descriptor, not what p.stdout's reader buffered)."""
     seen = []
+    fd = p.stdout.fileno()
 
     def until(pattern, timeout=60):
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = p.stdout.readline()
-            if not line:
+        line = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
                 break
-            seen.append(line)
-            if re.search(pattern, line):
+            byte = os.read(fd, 1)
+            if not byte:
+                break
+            line += byte
+            if byte != b"\n":
+                continue
+            text = line.decode(errors="replace")
+            line = b""
+            seen.append(text)
+            if re.search(pattern, text):
                 return
-        raise AssertionError(f"no {pattern!r}:\n{''.join(seen)[-2000:]}")
+        if line:
+            seen.append(line.decode(errors="replace"))
+        raise AssertionError(f"no {pattern!r} within {timeout} s:\n{''.join(seen)[-2000:]}")
     return until, seen
 
 
@@ -572,6 +588,39 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         self.assertIn("elastic run done: 700 steps, checksum 245350", text)
         self.assertRegex(err, rf"\(removed {names[1]}\)")
         self.assertRegex(err, rf"\(removed {names[2]}\)")
+
+    def test_draining_the_only_node_of_an_elastic_job_carries_its_state_to_another(self):
+        # Both ranks run on host 0; host 1 joins; host 0 is drained. Its rank 0 stays in one
+        # more plan beside host 1's newcomer, which is sent the state; then the job leaves
+        # host 0 and goes on at size 2 on host 1 from the step it was at (before: "no host
+        # of generation 1 is left to carry the job's state over" at the drain).
+        names = [x["name"] for x in self.h.hosts]
+        self.agent(0, "--slots", "2")
+        self.wait_for("host 0 alive", self.all_alive(names[:1]))
+        steps = 1500
+        p, until, seen = self.elastic_allreduce(steps, "--min-np", "1", "--max-np", "2",
+                                                "--discovery-interval", "600")
+        until(r"step \d+ size 2 ")
+        self.agent(1, "--slots", "2")
+        self.wait_for("host 1 alive", self.all_alive(names[:2]))
+        self.as_admin("drain", 0)
+        until(rf"rank 0 of 2 on {names[1]} resumes at step", 90)
+        self.wait_for("host 0's ranks gone", lambda: self.table()[names[0]]["slots_used"] == 0
+                      or None, 30)
+        out, err = p.communicate(timeout=120)
+        text = "".join(seen) + out
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn(f"elastic run done: {steps} steps, checksum {steps * (steps + 1) // 2}",
+                      text)
+        # every step once, in order, across the three plans: no state lost, no step again
+        stepped = [int(m.group(1)) for m in re.finditer(r"step (\d+) size \d+ ", text)]
+        self.assertEqual(stepped, list(range(1, steps + 1)), text[-3000:])
+        self.assertIn(f"node {names[0]} drains and its ranks hold the job's only training state",
+                      err)
+        self.assertRegex(err, rf"generation \d+: 2 ranks on {names[0]}:1,{names[1]}:1")
+        self.assertRegex(err, rf"generation \d+: 2 ranks on {names[1]}:2 \(removed {names[0]}\)")
+        self.assertNotIn("blacklisted", err)
+        self.assertNotIn("is left to carry", err)
 
     def test_a_static_job_on_a_drained_node_is_told_and_its_ranks_run_on(self):
         names = [x["name"] for x in self.h.hosts]

@@ -945,6 +945,119 @@ size_t count_named(const std::vector<nlohmann::json>& ev, const std::string& nam
 
 } // namespace
 
+namespace {
+
+std::vector<std::string> failures(const std::vector<nlohmann::json>& ev) {
+  std::vector<std::string> out;
+  for (auto& e : ev)
+    if (e["name"] == "failure")
+      out.push_back(e["context"]["cause"].get<std::string>());
+  return out;
+}
+
+// The hosts of each generation that began, in order ("a:1,b:2" for a plan with one rank on
+// a and two on b).
+std::vector<std::string> layouts(const std::vector<nlohmann::json>& ev) {
+  std::vector<std::string> out;
+  for (auto& e : ev) {
+    if (e["name"] != "generation.begin")
+      continue;
+    std::vector<std::pair<std::string, int>> per;
+    for (auto& row : e["context"]["plan"]) {
+      auto h = row["host"].get<std::string>();
+      if (per.empty() || per.back().first != h)
+        per.emplace_back(h, 0);
+      ++per.back().second;
+    }
+    std::string text;
+    for (auto& [h, n] : per)
+      text += fmt::format("{}{}:{}", text.empty() ? "" : ",", h, n);
+    out.push_back(text);
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "elastic: a node that drains with the job's only state keeps one "
+                           "rank as its carrier beside the new hosts, and is left once they "
+                           "hold the state") {
+  // Both ranks run on a, the only host: a drain there would take the training state with
+  // it. a's rank 0 stays in the next plan beside b's newcomers; once they finished
+  // hvd.init() (they were sent the state), the plan after it leaves a, nobody blamed.
+  start_elastic({"a", "b"}, std::chrono::milliseconds(1000));
+  discover("a:1:2\n");
+  for (int r = 0; r < 2; ++r) { // hvd.init() done: the ranks hold state
+    gloo_progress(*this, 1, "global", r, false);
+    gloo_progress(*this, 1, "global", r, true);
+  }
+  auto a0 = slot_on("a", 0), a1 = slot_on("a", 1);
+  drain("a", true); // nowhere to carry the state to yet: the job runs on, unbroken
+  CHECK_FALSE(job_ended());
+  CHECK(failures(events()).empty());
+  CHECK(layouts(events()) == std::vector<std::string>{"a:2"});
+  discover("b:2:2\n"); // the cluster lists another host
+  CHECK(layouts(events()) == std::vector<std::string>{"a:2", "a:1,b:2"});
+  auto b0 = slot_on("b", 0), b1 = slot_on("b", 1);
+  CHECK(env_value(log.envs[b0], "HOROVOD_RANK") == "1");
+  discover("b:2:2\n"); // asked again: the same plan, no new generation
+  CHECK(layouts(events()).size() == 2);
+  vote("a", 0);
+  vote("a", 1); // answered -1: it leaves
+  park(*this, 2, 1);
+  park(*this, 2, 2);
+  REQUIRE(names_of("generation.released").size() == 2);
+  CHECK(layouts(events()).size() == 2); // the newcomers hold nothing yet: a stays
+  for (int r = 0; r < 3; ++r)
+    gloo_progress(*this, 2, "global", r, false);
+  for (int r = 0; r < 3; ++r)
+    gloo_progress(*this, 2, "global", r, true);
+  // b's ranks hold the state now: the next plan leaves a
+  CHECK(layouts(events()) == std::vector<std::string>{"a:2", "a:1,b:2", "b:2"});
+  CHECK(env_value(log.envs[b0], "HOROVOD_RANK") == "1"); // carried over, not restarted
+  CHECK(slot_on("b", 0) == b0);
+  CHECK(slot_on("b", 1) == b1);
+  vote("b", 0);
+  vote("b", 1);
+  CHECK(names_of("generation.released").size() == 3);
+  sched.advance_time(std::chrono::milliseconds(1100)); // the grace after the release
+  sched.run();
+  CHECK(log.signals[a0] == std::vector<int32_t>{SIGTERM});
+  CHECK(log.signals[a1] == std::vector<int32_t>{SIGTERM});
+  CHECK(names_of("host.blacklisted").empty());
+  CHECK(failures(events()).empty());
+  CHECK(count_named(events(), "host.carries") == 1);
+  interrupt();
+}
+
+TEST_CASE_FIXTURE(fixture, "elastic: a draining node with the job's only state and no other host "
+                           "runs on until the drain stops its ranks, then the job fails naming "
+                           "the lost state") {
+  start_elastic({"a"}, std::chrono::milliseconds(1000));
+  discover("a:1:2\n");
+  for (int r = 0; r < 2; ++r) {
+    gloo_progress(*this, 1, "global", r, false);
+    gloo_progress(*this, 1, "global", r, true);
+  }
+  drain("a", true);
+  discover("a:1:2\n"); // still listed by a script: a draining node stays out
+  CHECK_FALSE(job_ended());
+  CHECK(layouts(events()) == std::vector<std::string>{"a:2"});
+  exit(slot_on("a", 0), 143, "node agent 'a' stopped its ranks at the end of its drain");
+  exit(slot_on("a", 1), 143, "node agent 'a' stopped its ranks at the end of its drain");
+  for (int i = 0; i < 5 && !job_ended(); ++i) {
+    sched.trigger_timeouts();
+    sched.run();
+  }
+  REQUIRE(job_ended());
+  CHECK(result->exit_code == 1);
+  auto ev = events();
+  auto end = std::find_if(ev.begin(), ev.end(), [](auto& e) { return e["name"] == "job.end"; });
+  REQUIRE(end != ev.end());
+  CHECK((*end)["context"]["cause"].dump().find("no host of generation 1 is left")
+        != std::string::npos);
+}
+
 TEST_CASE_FIXTURE(fixture, "elastic, warm joins: a newcomer starts when its plan forms, pointed "
                            "at the plan's lot; the plan is released only once it waits there") {
   start_elastic({"a", "b", "c"}, std::chrono::milliseconds(1000));
