@@ -77,7 +77,8 @@ MUTANTS = [
       "unit:rank environment carries Horovod's*"),
     # -- elastic generations, host order, drain -----------------------------------------
     m("host-order-from-discovery", "elastic host order", "actors/job/generations.cpp",
-      "order_ = order_hosts(order_, available);", "order_ = available;",
+      "auto before = order_;\n  order_ = order_hosts(before, available);",
+      "auto before = order_;\n  order_ = available;",
       "unit:elastic: a new host that discovery lists before the survivors*"),
     m("reset-limit-one-late", "elastic generations", "actors/job/generations.cpp",
       "resets_ >= static_cast<uint64_t>(*ec_.reset_limit)",
@@ -172,6 +173,11 @@ MUTANTS = [
       "    if (!restarting() || wait.count() == 0)\n      return why;",
       "    if (true)\n      return why;",
       "membership:MembershipTest.test_jobs_started_while_the_tables_agent_restarts_wait_for_it"),
+    m("drained-state-carrier-dropped", "elastic", "actors/job/generations.cpp",
+      "    kept = draining_carrier(before);", "    kept = {};",
+      "unit:elastic: a node that drains with the job's only state keeps one rank*",
+      "membership:MembershipTest.test_draining_the_only_node_of_an_elastic_job_carries_its_"
+      "state_to_another"),
     # -- rendezvous scopes --------------------------------------------------------------
     m("scope-cleared-at-first-finish", "rendezvous scopes", "runtime/horovod/kv_store.cpp",
       "if (static_cast<int>(done.size()) >= size->second) {", "if (!done.empty()) {",

@@ -4,6 +4,7 @@ driver. Everything started here is killed and reaped on cleanup, also on failure
 import atexit
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -189,6 +190,22 @@ def describe_pids(pids):
         except OSError:
             pass
     return out
+
+
+def read_line(fd, deadline):
+    """One line of the pipe `fd`, read a byte at a time so that nothing past it is taken
+    from the pipe (p.communicate() later reads the descriptor, not what a reader of
+    p.stdout buffered, and would miss such lines); "" at EOF or at the deadline (with the
+    part read so far, if any)."""
+    line = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return line.decode(errors="replace")
+        byte = os.read(fd, 1)
+        line += byte
+        if not byte or byte == b"\n":
+            return line.decode(errors="replace")
 
 
 class kill_at_deadline:

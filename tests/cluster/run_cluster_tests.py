@@ -19,7 +19,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import (Cluster, command_ran, free_port, make_cluster, pids_matching, rank_envs,  # noqa: E402
-                     rank_lines, run_suite, wait_until)
+                     rank_lines, read_line, run_suite, wait_until)
 
 
 class ClusterTest(unittest.TestCase):
@@ -212,7 +212,8 @@ class ClusterTest(unittest.TestCase):
         # (caf-hvd-exec) before it can end the rank's group: the rank must not survive it.
         rank_cmd = f"sleep {100000 + int(self.marker) % 100000}"  # unique to this test
         p = self.c.start(["run", "-np", "1", "--", "sh", "-c", f"echo up; exec {rank_cmd}"])
-        self.assertIn("up", p.stdout.readline())
+        self.assertIn("up", read_line(p.stdout.fileno(), time.monotonic() + 30),
+                      "no 'up' line within 30 s")
         wait_until(lambda: pids_matching(rank_cmd, prefix=True), 5, "the rank to exec")
         shims = [pid for pid in pids_matching("caf-hvd-exec")
                  if rank_cmd in open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
@@ -298,8 +299,10 @@ class ClusterTest(unittest.TestCase):
                 'else trap "" TERM; fi; echo ready; while :; do sleep 0.1; done']
         p = self.c.start(["driver", "-np", "2", "-H", self.c.spec("ha", 2), "--verbose",
                           "--kill-grace-seconds", "1", "--", *prog])
-        ready = [p.stdout.readline(), p.stdout.readline()]
-        self.assertTrue(all("ready" in l for l in ready), ready)
+        deadline = time.monotonic() + 30
+        ready = [read_line(p.stdout.fileno(), deadline), read_line(p.stdout.fileno(), deadline)]
+        self.assertTrue(all("ready" in l for l in ready),
+                        f"no two 'ready' lines within 30 s: {ready}")
         t0 = time.monotonic()
         self.c.nodes["ha"][0].send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=30)
@@ -325,10 +328,12 @@ class ClusterTest(unittest.TestCase):
         p = self.c.start(["driver", "-np", "2", "-H",
                           f'{self.c.spec("ha", 1)},{self.c.spec("hb", 1)}',
                           "--kill-grace-seconds", "1", "--", *prog])
-        ready = [p.stdout.readline(), p.stdout.readline()]
-        self.assertTrue(all("ready" in l for l in ready), ready)
+        deadline = time.monotonic() + 30
+        ready = [read_line(p.stdout.fileno(), deadline), read_line(p.stdout.fileno(), deadline)]
+        self.assertTrue(all("ready" in l for l in ready),
+                        f"no two 'ready' lines within 30 s: {ready}")
         self.c.nodes["ha"][0].send_signal(signal.SIGTERM)
-        told = p.stderr.readline()
+        told = read_line(p.stderr.fileno(), time.monotonic() + 30)
         told_at = time.monotonic()
         self.assertEqual(told.strip(), "caf-hvd: warning: node ha drains (its agent received "
                          "SIGTERM and stops within 3 s (--drain-grace)); this job's 1 rank there "
@@ -907,8 +912,8 @@ else:
         script = ('[ "$HOROVOD_RANK" = 0 ] && echo "port=$HOROVOD_GLOO_RENDEZVOUS_PORT"; '
                   f"sleep 2; exec {allreduce} --sizes 4K,1M")
         p = self.c.start(["driver", "-np", "2", "-H", spec, "--", "sh", "-c", script])
-        line = p.stdout.readline()
-        self.assertIn("port=", line)
+        line = read_line(p.stdout.fileno(), time.monotonic() + 60)
+        self.assertIn("port=", line, "no rank 0 line within 60 s")
         rdv = int(line.strip().rsplit("=", 1)[1])
         socks = []
         try:

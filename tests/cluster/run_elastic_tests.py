@@ -17,8 +17,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Cluster, describe_pids, free_port, kill_at_deadline, leftover_ranks,  # noqa: E402
-                     pid_with_env, pids_matching, raw_http, rendezvous_of, run_suite, wait_until)
+from harness import (Cluster, describe_pids, free_port, leftover_ranks, pid_with_env,  # noqa: E402
+                     pids_matching, raw_http, read_line, rendezvous_of, run_suite, wait_until)
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
@@ -102,43 +102,50 @@ class ElasticTest(unittest.TestCase):
         return "\nthe job's last events:\n" + "\n".join(lines)
 
     def wait_for_step(self, n, timeout=20):
-        """Reads the driver's stdout until rank 0 reports step n; returns the lines read."""
+        """Reads the driver's stdout until rank 0 reports step n; returns the lines read.
+        It never reads past that line (read_line): finish() gets every line after it."""
         deadline = time.monotonic() + timeout
-        with kill_at_deadline(self.driver, timeout) as watchdog:
-            while time.monotonic() < deadline:
-                line = self.driver.stdout.readline()
-                if not line:
-                    # the driver ended: say how, with its own words
-                    try:
-                        rc, err = self.driver.wait(timeout=10), self.driver.stderr.read()
-                    except Exception as e:
-                        rc, err = None, f"(its end could not be read: {e})"
-                    how = (f"was killed after {timeout}s without step {n}" if watchdog.fired
-                           else f"ended (exit {rc}) before step {n}")
-                    raise AssertionError(f"the driver {how}:\n"
-                                         f"{''.join(self.out_lines)[-2000:]}\nstderr:\n"
-                                         f"{err[-3000:]}{self.event_tail()}")
+        while True:
+            line = read_line(self.driver.stdout.fileno(), deadline)
+            if line:
                 self.out_lines.append(line)
-                m = STEP.match(line.rstrip("\n"))
-                if m and int(m.group(1)) >= n:
-                    return
-        raise AssertionError(f"no step {n} within {timeout}s:\n{''.join(self.out_lines)[-2000:]}"
-                             f"{self.event_tail()}")
+            if not line.endswith("\n"):
+                break
+            m = STEP.match(line.rstrip("\n"))
+            if m and int(m.group(1)) >= n:
+                return
+        # the driver ended, or is killed at the deadline: say how, with its own words
+        killed = time.monotonic() >= deadline
+        if killed:
+            self.driver.kill()
+        try:
+            rc, err = self.driver.wait(timeout=10), self.driver.stderr.read()
+        except Exception as e:
+            rc, err = None, f"(its end could not be read: {e})"
+        how = (f"was killed after {timeout}s without step {n}" if killed
+               else f"ended (exit {rc}) before step {n}")
+        raise AssertionError(f"the driver {how}:\n"
+                             f"{''.join(self.out_lines)[-2000:]}\nstderr:\n"
+                             f"{err[-3000:]}{self.event_tail()}")
 
     def read_stderr_until(self, pattern, timeout=30):
         """Reads the driver's stderr until a line matches `pattern`; returns the lines
-        read (fails with them when the driver ends or the time is up first)."""
+        read (fails with them when the driver ends or the time is up first: then it is
+        killed). It never reads past that line (read_line): finish() gets the rest."""
         lines = []
         deadline = time.monotonic() + timeout
-        with kill_at_deadline(self.driver, timeout) as watchdog:
-            while time.monotonic() < deadline and not any(pattern.search(x) for x in lines):
-                line = self.driver.stderr.readline()
-                if not line:
-                    break
+        while not any(pattern.search(x) for x in lines):
+            line = read_line(self.driver.stderr.fileno(), deadline)
+            if line:
                 lines.append(line)
+            if not line.endswith("\n"):
+                break
+        killed = not any(pattern.search(x) for x in lines) and time.monotonic() >= deadline
+        if killed:
+            self.driver.kill()
         self.assertTrue(any(pattern.search(x) for x in lines),
                         ("the driver was killed: no such line within " f"{timeout}s:\n"
-                         if watchdog.fired else "") + "".join(lines)[-3000:] + self.event_tail())
+                         if killed else "") + "".join(lines)[-3000:] + self.event_tail())
         return lines
 
     def rank_pid(self, rank):
@@ -544,8 +551,8 @@ class ElasticTest(unittest.TestCase):
         self.set_hosts(("ha", 2))
         self.start("--min-np", "1", "--kill-grace-seconds", "1",
                    program=[*PROBE, "--seconds", "6", "--checkpoint-on-term"])
-        line = self.driver.stdout.readline()
-        self.assertIn("joined generation 1", line)
+        line = read_line(self.driver.stdout.fileno(), time.monotonic() + 30)
+        self.assertIn("joined generation 1", line, "no first line within 30 s")
         self.set_hosts(("ha", 1))
         rc, out, err = self.finish(timeout=30)
         self.assertEqual(rc, 0, err)
@@ -561,7 +568,7 @@ class ElasticTest(unittest.TestCase):
         self.c.node("hb")
         self.set_hosts(("ha", 1))
         self.start("--min-np", "1", "--torch-store", "off", program=[*PROBE, "--seconds", "3"])
-        first = self.driver.stdout.readline()
+        first = read_line(self.driver.stdout.fileno(), time.monotonic() + 30)
         self.set_hosts(("ha", 1), ("hb", 1))
         rc, out, err = self.finish(timeout=30)
         self.assertEqual(rc, 0, err)

@@ -14,11 +14,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, pid_with_env, rank_lines, raw_http, run_suite, wait_until  # noqa: E402
+from harness import (Cluster, pid_with_env, rank_lines, raw_http, read_line, run_suite,  # noqa: E402
+                     wait_until)
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 
@@ -209,10 +211,11 @@ class EventTest(unittest.TestCase):
         d = self.c.start(["driver", "--host-discovery-script", script, "--discovery-interval",
                           "0.1", "--min-np", "1", "--events", self.log, ALLREDUCE, "--elastic",
                           "--steps", "150", "--step-ms", "20"])
-        line = ""
+        line, deadline = "", time.monotonic() + 60
         while "step 5 " not in line:
-            line = d.stdout.readline()
-            self.assertTrue(line, "the job ended early")
+            line = read_line(d.stdout.fileno(), deadline)
+            self.assertTrue(line.endswith("\n"), "the job ended early"
+                            if time.monotonic() < deadline else "no step 5 within 60 s")
         os.kill(pid_with_env(ALLREDUCE, prefix=True, HOROVOD_HOSTNAME="xb"), signal.SIGKILL)
         wait_until(lambda: '"host.blacklisted"' in open(self.log).read(), 10,
                    "xb to be blacklisted")
@@ -300,7 +303,7 @@ class EventTest(unittest.TestCase):
                           "0.1", "--min-np", "1", "--events", self.log, "--dashboard", "0",
                           "--dashboard-keep", "30", ALLREDUCE, "--elastic", "--steps", "600",
                           "--step-ms", "20"])
-        line = d.stderr.readline()
+        line = read_line(d.stderr.fileno(), time.monotonic() + 20)
         url = re.search(r"dashboard at (http://127\.0\.0\.1:\d+/)", line)
         self.assertTrue(url, line)
         url = url.group(1)
@@ -315,10 +318,11 @@ class EventTest(unittest.TestCase):
         wait_until(lambda: page_now()["generations"][:1] == ["generation 1: 2 ranks on n2, n1"],
                    20, "the live page to show generation 1")
         self.assertIn('http-equiv="refresh"', self.fetch(url)[2])
-        line = ""
+        line, deadline = "", time.monotonic() + 60
         while "step 5 " not in line:
-            line = d.stdout.readline()
-            self.assertTrue(line, "the job ended early")
+            line = read_line(d.stdout.fileno(), deadline)
+            self.assertTrue(line.endswith("\n"), "the job ended early"
+                            if time.monotonic() < deadline else "no step 5 within 60 s")
         rest = []  # the ranks' output must keep flowing while the test watches the page
         reader = threading.Thread(target=lambda: rest.extend(d.stdout), daemon=True)
         reader.start()
@@ -388,10 +392,11 @@ class EventTest(unittest.TestCase):
                           "0.1", "--min-np", "1", "--blacklist-cooldown-range", "1", "1",
                           "--events", self.log, ALLREDUCE, "--elastic", "--steps", "250",
                           "--step-ms", "20"])
-        line = ""
+        line, deadline = "", time.monotonic() + 60
         while "step 5 " not in line:
-            line = d.stdout.readline()
-            self.assertTrue(line, "the job ended early")
+            line = read_line(d.stdout.fileno(), deadline)
+            self.assertTrue(line.endswith("\n"), "the job ended early"
+                            if time.monotonic() < deadline else "no step 5 within 60 s")
         os.kill(pid_with_env(ALLREDUCE, prefix=True, HOROVOD_HOSTNAME="cb"), signal.SIGKILL)
         out, err = d.communicate(timeout=60)
         self.assertEqual(d.returncode, 0, err)
@@ -447,13 +452,14 @@ class EventTest(unittest.TestCase):
         self.assertIn("--dashboard-name 'bad\\x1b[2Jname': give a host name", err)
         p = self.c.start(["run", "-np", "1", "--dashboard", "0", "--dashboard-name",
                           "head.example", "sleep", "5"])
-        port = None
+        port, deadline = None, time.monotonic() + 20
         for _ in range(20):
-            m = re.search(r"dashboard at http://127\.0\.0\.1:(\d+)/", p.stderr.readline())
+            m = re.search(r"dashboard at http://127\.0\.0\.1:(\d+)/",
+                          read_line(p.stderr.fileno(), deadline))
             if m:
                 port = int(m.group(1))
                 break
-        self.assertIsNotNone(port, "no dashboard address printed")
+        self.assertIsNotNone(port, "no dashboard address printed (within 20 s)")
 
         def status(host):
             return raw_http(("127.0.0.1", port), "GET", "/trace.json", host=host)[0]

@@ -17,7 +17,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Cluster, horovod_site, pid_with_env, rank_lines, run_suite  # noqa: E402
+from harness import (Cluster, horovod_site, pid_with_env, rank_lines, read_line,  # noqa: E402
+                     run_suite)
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -114,12 +115,14 @@ class ExamplesTest(unittest.TestCase):
         out_lines = []
 
         def read_until(pattern, timeout):
+            # never past the matched line (read_line): communicate() gets every line after it
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if not line:
+            while True:
+                line = read_line(p.stdout.fileno(), deadline)
+                if line:
+                    out_lines.append(line.rstrip("\n"))
+                if not line.endswith("\n"):
                     break
-                out_lines.append(line.rstrip("\n"))
                 if re.search(pattern, line):
                     return
             raise AssertionError(f"no line matching {pattern!r}:\n" + "\n".join(out_lines[-30:]))

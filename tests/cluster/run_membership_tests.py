@@ -7,7 +7,6 @@ run as root. Prints 'N passed, N failed'."""
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
@@ -19,7 +18,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import issue, leftover_ranks, pids_matching, rank_lines, run_suite  # noqa: E402
+from harness import (issue, leftover_ranks, pids_matching, rank_lines, read_line,  # noqa: E402
+                     run_suite)
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -32,32 +32,19 @@ CLUSTER = os.environ["CAF_HVD_CLUSTER_DIR"]
 def line_reader(p):
     """until(pattern, timeout) reads p's stdout up to a line matching pattern (failing with
     the lines read when none comes, at the deadline even while no line comes), and the
-    list of lines read so far. It reads the pipe itself, never past the matched line, so
-    that p.communicate() later gets every line after it (communicate() reads the pipe's
-    descriptor, not what p.stdout's reader buffered)."""
+    list of lines read so far. It never reads past the matched line (read_line)."""
     seen = []
-    fd = p.stdout.fileno()
 
     def until(pattern, timeout=60):
         deadline = time.monotonic() + timeout
-        line = b""
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            line = read_line(p.stdout.fileno(), deadline)
+            if line:
+                seen.append(line)
+            if not line.endswith("\n"):
                 break
-            byte = os.read(fd, 1)
-            if not byte:
-                break
-            line += byte
-            if byte != b"\n":
-                continue
-            text = line.decode(errors="replace")
-            line = b""
-            seen.append(text)
-            if re.search(pattern, text):
+            if re.search(pattern, line):
                 return
-        if line:
-            seen.append(line.decode(errors="replace"))
         raise AssertionError(f"no {pattern!r} within {timeout} s:\n{''.join(seen)[-2000:]}")
     return until, seen
 
@@ -1194,11 +1181,12 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
     def read_until(self, pred, timeout, what):
         """Reads the driver's stdout until pred(events) holds; fails with its output."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.driver.stdout.readline()
-            if not line:
+        while True:
+            line = read_line(self.driver.stdout.fileno(), deadline)
+            if line:
+                self.lines.append(line)
+            if not line.endswith("\n"):
                 break
-            self.lines.append(line)
             events, _ = self.program.parse("".join(self.lines))
             if pred(events):
                 return events
@@ -1301,6 +1289,67 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
                                                          r"host|exit 0)", ends)]
         self.assertEqual(sum(removed), 3, ends)  # the drained nodes' ranks and the last one
 
+
+    def test_real_horovod_moves_off_a_drained_node_that_held_every_rank(self):
+        # Both ranks run on host 0; host 1 joins; host 0 is drained. Its rank 0 carries the
+        # state into one more plan beside host 1's newcomer (state.sync() after its
+        # hvd.init()), then the job leaves host 0 and ends at size 2 on host 1, no step
+        # done twice, every rank's parameters equal.
+        from run_horovod_elastic_tests import TRAIN, Horovod, horovod_site
+        self.program = Horovod()
+        names = [x["name"] for x in self.h.hosts]
+        self.agent(0, "--slots", "2")
+        self.wait_for("host 0 alive", self.all_alive(names[:1]))
+        steps = 200
+        env = self.program.env(steps, {"TRAIN_STEP_MS": "100", "PYTHONPATH": horovod_site()})
+        args = ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver",
+                "--cluster-dir", self.driver_dir, "--cluster", f"{self.head}:{PORT}",
+                "--min-np", "1", "--max-np", "2", "--discovery-interval", "600",
+                "--kill-grace-seconds", "2"]
+        for k, v in env.items():
+            args += ["--env", f"{k}={v}"]
+        self.driver = subprocess.Popen(args + ["--", "/usr/bin/python3", TRAIN],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, start_new_session=True)
+        self.h.procs.append(self.driver)
+        self.lines = []
+        events = self.read_until(self.committed_at(2, 0), 120, "a commit at size 2")
+        self.agent(1, "--slots", "2")
+        self.wait_for("host 1 alive", self.all_alive(names[:2]))
+        self.as_admin("drain", 0)
+
+        def on_host_1(events):
+            at = [i for i, e in enumerate(events) if e[0] == "resume" and e[3] == names[1]]
+            return bool(at) and any(e[0] == "commit" for e in events[at[0]:])
+        self.read_until(on_host_1, 120, "a commit with rank 0 on host 1")
+        try:
+            out, err = self.driver.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.driver.pid, 9)
+            out, err = self.driver.communicate()
+            raise AssertionError(f"the job did not finish:\n{err[-4000:]}")
+        text = "".join(self.lines) + out
+        self.assertEqual(self.driver.returncode, 0, err[-4000:])
+        events, done = self.program.parse(text)
+        self.assertEqual(sorted(done), [(0, 2, steps, "equal"), (1, 2, steps, "equal")],
+                         text[-2000:])
+        last_commit = 0
+        for e in events:
+            if e[0] == "commit":
+                last_commit = max(last_commit, e[1])
+            elif e[0] == "resume":
+                self.assertGreaterEqual(e[2], last_commit, f"a generation resumed at step "
+                                        f"{e[2]} after step {last_commit} was committed")
+        stepped = [e[1] for e in events if e[0] == "step"]
+        again = [b for a, b in zip(stepped, stepped[1:]) if b <= a]
+        self.assertFalse(again, f"steps done again: {again}\n{text[-3000:]}")
+        self.assertEqual([(e[1], e[3]) for e in events if e[0] == "resume"],
+                         [(2, names[0]), (2, names[0]), (2, names[1])], text[-3000:])
+        self.assertIn(f"node {names[0]} drains and its ranks hold the job's only training state",
+                      err)
+        self.assertRegex(err, rf"generation \d+: 2 ranks on {names[0]}:1,{names[1]}:1")
+        self.assertRegex(err, rf"generation \d+: 2 ranks on {names[1]}:2 \(removed {names[0]}\)")
+        self.assertNotIn("blacklisted", err)
 
 if __name__ == "__main__":
     if WHY_NOT:
