@@ -208,31 +208,6 @@ def read_line(fd, deadline):
             return line.decode(errors="replace")
 
 
-class kill_at_deadline:
-    """`with kill_at_deadline(proc, timeout):` kills proc if the block has not ended within
-    timeout s. A loop that reads one of its pipes line by line checks its deadline only
-    between lines; a silent process, or one blocked on its other, unread pipe, would hold
-    it for ever. Killed, its pipes end and the loop's own failure says what it read.
-    `.fired` says whether it was killed."""
-
-    def __init__(self, proc, timeout):
-        import threading
-        self.fired = False
-
-        def fire():
-            self.fired = True
-            proc.kill()
-        self.timer = threading.Timer(timeout, fire)
-
-    def __enter__(self):
-        self.timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.timer.cancel()
-        return False
-
-
 def wait_until(pred, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

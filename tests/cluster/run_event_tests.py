@@ -19,8 +19,8 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (Cluster, pid_with_env, rank_lines, raw_http, read_line, run_suite,  # noqa: E402
-                     wait_until)
+from harness import (Cluster, pid_with_env, rank_lines, raw_http, read_line,  # noqa: E402
+                     run_suite, wait_until)
 
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
 

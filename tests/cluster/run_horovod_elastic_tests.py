@@ -22,7 +22,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import Cluster, pid_with_env, raw_http, rendezvous_of, wait_until  # noqa: E402
+from harness import (Cluster, pid_with_env, raw_http, read_line, rendezvous_of,  # noqa: E402
+                     wait_until)
 
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -182,20 +183,22 @@ class Scenarios:
         return self.driver
 
     def read_until(self, pred, timeout, what):
-        """Reads the driver's stdout until pred(events) holds."""
+        """Reads the driver's stdout until pred(events) holds, never past that line
+        (read_line): finish()'s communicate() gets every line after it."""
         deadline = time.monotonic() + timeout
-        line = None
-        while time.monotonic() < deadline:
-            line = self.driver.stdout.readline()
-            if not line:
+        while True:
+            line = read_line(self.driver.stdout.fileno(), deadline)
+            if line:
+                self.lines.append(line)
+            if not line.endswith("\n"):
                 break
-            self.lines.append(line)
             events, _ = self.program.parse("".join(self.lines))
             if pred(events):
                 return events
+        ended = time.monotonic() < deadline
         self.driver.kill()
         out, err = self.driver.communicate()
-        raise AssertionError(f"no {what} within {timeout}s (the job {'ended' if line == '' else 'runs'}):"
+        raise AssertionError(f"no {what} within {timeout}s (the job {'ended' if ended else 'runs'}):"
                              f"\n{''.join(self.lines)[-3000:]}{out[-2000:]}\n{err[-3000:]}")
 
     def finish(self, timeout=150):

@@ -20,7 +20,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import command_ran, free_port, issue, leftover_ranks, rank_lines, reap, run_suite  # noqa: E402
+from harness import (command_ran, free_port, issue, leftover_ranks, rank_lines,  # noqa: E402
+                     read_line, reap, run_suite)
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ATTACK = os.path.join(HERE, "isolation_attack.py")
@@ -112,11 +113,17 @@ class IsolationTest(unittest.TestCase):
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.procs.append(p)
         self.agent_lines = []
+        # never past that line (read_line): communicate(timeout=...) reads the descriptor,
+        # even for this one pipe, and would miss what p.stdout's reader had buffered
+        deadline = time.monotonic() + 30
         while True:
-            line = p.stdout.readline()
-            if not line:
-                raise AssertionError(f"the agent ended: {''.join(self.agent_lines)}")
-            self.agent_lines.append(line)
+            line = read_line(p.stdout.fileno(), deadline)
+            if line:
+                self.agent_lines.append(line)
+            if not line.endswith("\n"):
+                raise AssertionError(("the agent ended" if time.monotonic() < deadline else
+                                      "no 'ranks run as' line within 30 s")
+                                     + f": {''.join(self.agent_lines)}")
             if "ranks run as" in line:
                 break
         self.agent_proc = p
@@ -140,8 +147,8 @@ class IsolationTest(unittest.TestCase):
         # job's servers (on this machine, its driver root's) answer it
         tag = f"bob-rank-{os.getpid()}"
         bob = self.driver("bob", "/usr/bin/python3", ATTACK, "own", self.mark, tag)
-        line = bob.stdout.readline().strip()
-        self.assertTrue(line.startswith("[0]<stdout>:"), line)
+        line = read_line(bob.stdout.fileno(), time.monotonic() + 60).strip()
+        self.assertTrue(line.startswith("[0]<stdout>:"), f"no rank line within 60 s: {line!r}")
         own = json.loads(line.split(":", 1)[1])
         self.assertEqual(own["uid"], BOB)
         # the kernel's socket table names bob's account, which his agent reported
@@ -220,7 +227,8 @@ class IsolationTest(unittest.TestCase):
         alice = self.driver("alice", "/bin/sh", "-c",
                             f"echo started; while [ ! -e {mark} ]; do sleep 0.05; done; "
                             f"echo done", np=2)
-        self.assertIn("started", alice.stdout.readline())
+        self.assertIn("started", read_line(alice.stdout.fileno(), time.monotonic() + 60),
+                      "no 'started' line within 60 s")
         bob = self.drivers["bob"]
         rogue = issue("node", "rogue")
         admin = issue("admin", "ops")
@@ -323,14 +331,19 @@ class IsolationTest(unittest.TestCase):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
             cwd="/")
         self.procs.append(p)
-        seen = []
+        seen, deadline = [], time.monotonic() + 120
         while True:
-            line = p.stdout.readline()
-            if not line:
+            line = read_line(p.stdout.fileno(), deadline)
+            if line:
+                seen.append(line)
+            if not line.endswith("\n"):
+                timed_out = time.monotonic() >= deadline
+                if timed_out:
+                    p.kill()
                 p.wait(timeout=30)
-                self.fail(f"the job ended early (exit {p.returncode}):\n"
-                          f"{''.join(seen)[-2000:]}\n{p.stderr.read()[-3000:]}")
-            seen.append(line)
+                how = ("no 'step 20 size 3' within 120 s" if timed_out
+                       else f"the job ended early (exit {p.returncode})")
+                self.fail(f"{how}:\n{''.join(seen)[-2000:]}\n{p.stderr.read()[-3000:]}")
             if "step 20 size 3" in line:
                 break
         victim = None

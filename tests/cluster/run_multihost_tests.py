@@ -14,7 +14,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns  # noqa: E402
-from harness import describe_pids, pid_with_env, pids_matching, rank_envs, rank_lines, run_suite  # noqa: E402
+from harness import (describe_pids, pid_with_env, pids_matching, rank_envs,  # noqa: E402
+                     rank_lines, read_line, run_suite)
 
 CAF_HVD = os.environ.get("CAF_HVD", "caf-hvd")
 ALLREDUCE = os.environ.get("CAF_HVD_ALLREDUCE", "caf-hvd-allreduce")
@@ -43,7 +44,10 @@ class MultiHostTest(unittest.TestCase):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
         h.procs.append(p)
-        return p, p.stdout.readline().split(":", 1)[1].split()
+        line = read_line(p.stdout.fileno(), time.monotonic() + 60)
+        if ":" not in line:
+            raise AssertionError(f"no rank line from the driver within 60 s: {line!r}")
+        return p, line.split(":", 1)[1].split()
 
     def test_three_hosts_allreduce_over_differently_named_interfaces(self):
         h = self.hosts(3)
@@ -100,12 +104,14 @@ class MultiHostTest(unittest.TestCase):
         out_lines = []
 
         def wait_for(pattern, timeout=30):
+            # never past the matched line (read_line): communicate() gets every line after it
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                line = p.stdout.readline()
-                if not line:
+            while True:
+                line = read_line(p.stdout.fileno(), deadline)
+                if line:
+                    out_lines.append(line)
+                if not line.endswith("\n"):
                     break
-                out_lines.append(line)
                 if re.search(pattern, line):
                     return
             raise AssertionError(f"no {pattern!r}:\n{''.join(out_lines)[-2000:]}")

@@ -27,7 +27,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("CAF_HVD_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from harness import Cluster, rank_lines, run_suite  # noqa: E402
+from harness import Cluster, rank_lines, read_line, run_suite  # noqa: E402
 
 PROGRAM = os.path.join(HERE, "torch2_program.py")
 HOST_TORCH = ["/usr/bin/python3", PROGRAM]  # Debian 12's torch 1.13
@@ -188,9 +188,10 @@ class Torch2Test(unittest.TestCase):
         driver = self.c.start(["driver", "--host-discovery-script", script,
                                "--discovery-interval", "0.1", "--min-np", "1",
                                "--start-timeout", "120", "--", *self.prog, "generations"])
-        first = driver.stdout.readline()  # the lone rank has finished generation 1
+        # the lone rank has finished generation 1
+        first = read_line(driver.stdout.fileno(), time.monotonic() + 240)
         self.assertIn("slot ta:0 generation 1 rank 0/1 sees keys of earlier generations: []; "
-                      "all_reduce 1.0", first)
+                      "all_reduce 1.0", first, "no generation 1 line within 240 s")
         set_hosts("ta", "tb")
         out, err = driver.communicate(timeout=240)
         self.assertEqual(driver.returncode, 0, err)

@@ -13,7 +13,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, rank_envs, rank_lines, run_suite  # noqa: E402
+from harness import Cluster, rank_envs, rank_lines, read_line, run_suite  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT = ["/usr/bin/python3", os.path.join(HERE, "torch_store_client.py")]
@@ -137,9 +137,9 @@ class TorchStoreTest(unittest.TestCase):
         driver = self.c.start(["driver", "--host-discovery-script", script,
                                "--discovery-interval", "0.1", "--min-np", "1", "--",
                                *CLIENT, "generations"])
-        first = driver.stdout.readline()
+        first = read_line(driver.stdout.fileno(), time.monotonic() + 60)
         self.assertIn("slot ta:0 restart_count 0 generation 1 rank 0/1 sees stale key: False",
-                      first)
+                      first, "no generation 1 line within 60 s")
         set_hosts("ta", "tb")
         out, err = driver.communicate(timeout=60)
         self.assertEqual(driver.returncode, 0, err)
