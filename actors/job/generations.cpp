@@ -39,9 +39,9 @@ void job::reconsider() {
   }
   auto before = order_;
   order_ = order_hosts(before, available);
-  std::string kept; // a draining node kept as the carrier of the job's only state
-  if (gen_.number > 0 && !previous_generation_survives())
-    kept = draining_carrier(before);
+  bool survives = gen_.number == 0 || previous_generation_survives();
+  // a draining node kept as the carrier of the job's only state
+  std::string kept = survives ? std::string{} : draining_carrier(before);
   if (!kept.empty()) {
     // The drain would take the job's only training state with it: its node stays in the
     // plan with one rank, the state's carrier (rank 0 of the plan, as it is the oldest
@@ -76,7 +76,7 @@ void job::reconsider() {
     hs.push_back({h.info.name, n});
     total += n;
   }
-  if (kept.empty() && gen_.number > 0 && !previous_generation_survives()) {
+  if (!survives && kept.empty()) {
     bool all_black =
         std::all_of(hosts_.begin(), hosts_.end(), [](auto& p) { return p.second.blacklisted; });
     auto first = first_failure_ ? "; first failure: " + *first_failure_ : std::string{};
