@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from harness import Cluster, pids_matching, run_suite, wait_until  # noqa: E402
+from harness import Cluster, pids_matching, read_line, run_suite, wait_until  # noqa: E402
 
 import caf_hvd  # noqa: E402
 from caf_hvd import _frames  # noqa: E402
@@ -394,9 +394,14 @@ class ExecutorTest(unittest.TestCase):
             print("pids", *ex.run(os.getpid), flush=True)
             time.sleep(600)
         """)
-        line = p.stdout.readline()
+        deadline = time.monotonic() + 60
+        line = read_line(p.stdout.fileno(), deadline)
         while not line.startswith("pids"):
-            line = p.stdout.readline()
+            if not line.endswith("\n"):  # ended, or silent for 60 s
+                p.kill()
+                raise AssertionError(f"no 'pids' line from the owner within 60 s: {line!r}\n"
+                                     f"{p.communicate()[1][-3000:]}")
+            line = read_line(p.stdout.fileno(), deadline)
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         for pid in (int(x) for x in line.split()[1:]):

@@ -1205,19 +1205,14 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
             return bool(at) and any(e[0] == "commit" for e in events[at[0]:])
         return pred
 
-    def test_real_horovod_grows_onto_a_joining_agent_and_leaves_drained_nodes(self):
+    def train(self, steps, max_np):
+        """Starts the training program on host 0's driver over the cluster, --min-np 1."""
         from run_horovod_elastic_tests import TRAIN, Horovod, horovod_site
         self.program = Horovod()
-        names = [x["name"] for x in self.h.hosts]
-        admin = issue("admin", "root-admin")
-        for i in (0, 1, 3):
-            self.agent(i, "--slots", "1")
-        self.wait_for("three nodes alive", self.all_alive([names[i] for i in (0, 1, 3)]))
-        steps = 500
         env = self.program.env(steps, {"TRAIN_STEP_MS": "100", "PYTHONPATH": horovod_site()})
         args = ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver",
                 "--cluster-dir", self.driver_dir, "--cluster", f"{self.head}:{PORT}",
-                "--min-np", "1", "--max-np", "4", "--discovery-interval", "600",
+                "--min-np", "1", "--max-np", str(max_np), "--discovery-interval", "600",
                 "--kill-grace-seconds", "2"]
         for k, v in env.items():
             args += ["--env", f"{k}={v}"]
@@ -1226,6 +1221,36 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
                                        text=True, start_new_session=True)
         self.h.procs.append(self.driver)
         self.lines = []
+
+    def finish(self):
+        """Waits for the job's end (exit 0); checks that no generation resumed before a
+        committed step; -> (events, done lines, stdout text, stderr)."""
+        try:
+            out, err = self.driver.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.driver.pid, 9)
+            out, err = self.driver.communicate()
+            raise AssertionError(f"the job did not finish:\n{err[-4000:]}")
+        text = "".join(self.lines) + out
+        self.assertEqual(self.driver.returncode, 0, err[-4000:])
+        events, done = self.program.parse(text)
+        last_commit = 0
+        for e in events:
+            if e[0] == "commit":
+                last_commit = max(last_commit, e[1])
+            elif e[0] == "resume":
+                self.assertGreaterEqual(e[2], last_commit, f"a generation resumed at step "
+                                        f"{e[2]} after step {last_commit} was committed")
+        return events, done, text, err
+
+    def test_real_horovod_grows_onto_a_joining_agent_and_leaves_drained_nodes(self):
+        names = [x["name"] for x in self.h.hosts]
+        admin = issue("admin", "root-admin")
+        for i in (0, 1, 3):
+            self.agent(i, "--slots", "1")
+        self.wait_for("three nodes alive", self.all_alive([names[i] for i in (0, 1, 3)]))
+        steps = 500
+        self.train(steps, 4)
         events = self.read_until(self.committed_at(3, 0), 120, "a commit at size 3")
 
         # an agent joins mid-job: the job grows onto it at a commit
@@ -1255,22 +1280,7 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
         rank0_now = [e for e in events if e[0] == "resume"][-1][3]
         victim = next(i for i in (1, 3, 0) if names[i] not in (rank0_host, rank0_now))
         os.killpg(self.drains[victim].p.pid, signal.SIGKILL)
-        try:
-            out, err = self.driver.communicate(timeout=150)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.driver.pid, 9)
-            out, err = self.driver.communicate()
-            raise AssertionError(f"the job did not finish:\n{err[-4000:]}")
-        text = "".join(self.lines) + out
-        self.assertEqual(self.driver.returncode, 0, err[-4000:])
-        events, done = self.program.parse(text)
-        last_commit = 0
-        for e in events:
-            if e[0] == "commit":
-                last_commit = max(last_commit, e[1])
-            elif e[0] == "resume":
-                self.assertGreaterEqual(e[2], last_commit, f"a generation resumed at step "
-                                        f"{e[2]} after step {last_commit} was committed")
+        events, done, text, err = self.finish()
         self.assertEqual(done, [(0, 1, steps, "equal")], text[-2000:])
         sizes = [e[1] for e in events if e[0] == "resume"]
         self.assertEqual(sizes, [3, 4, 3, 2, 1], text[-3000:])
@@ -1295,25 +1305,12 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
         # state into one more plan beside host 1's newcomer (state.sync() after its
         # hvd.init()), then the job leaves host 0 and ends at size 2 on host 1, no step
         # done twice, every rank's parameters equal.
-        from run_horovod_elastic_tests import TRAIN, Horovod, horovod_site
-        self.program = Horovod()
         names = [x["name"] for x in self.h.hosts]
         self.agent(0, "--slots", "2")
         self.wait_for("host 0 alive", self.all_alive(names[:1]))
         steps = 200
-        env = self.program.env(steps, {"TRAIN_STEP_MS": "100", "PYTHONPATH": horovod_site()})
-        args = ["ip", "netns", "exec", self.h.hosts[0]["ns"], CAF_HVD, "driver",
-                "--cluster-dir", self.driver_dir, "--cluster", f"{self.head}:{PORT}",
-                "--min-np", "1", "--max-np", "2", "--discovery-interval", "600",
-                "--kill-grace-seconds", "2"]
-        for k, v in env.items():
-            args += ["--env", f"{k}={v}"]
-        self.driver = subprocess.Popen(args + ["--", "/usr/bin/python3", TRAIN],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, start_new_session=True)
-        self.h.procs.append(self.driver)
-        self.lines = []
-        events = self.read_until(self.committed_at(2, 0), 120, "a commit at size 2")
+        self.train(steps, 2)
+        self.read_until(self.committed_at(2, 0), 120, "a commit at size 2")
         self.agent(1, "--slots", "2")
         self.wait_for("host 1 alive", self.all_alive(names[:2]))
         self.as_admin("drain", 0)
@@ -1322,24 +1319,9 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
             at = [i for i, e in enumerate(events) if e[0] == "resume" and e[3] == names[1]]
             return bool(at) and any(e[0] == "commit" for e in events[at[0]:])
         self.read_until(on_host_1, 120, "a commit with rank 0 on host 1")
-        try:
-            out, err = self.driver.communicate(timeout=150)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.driver.pid, 9)
-            out, err = self.driver.communicate()
-            raise AssertionError(f"the job did not finish:\n{err[-4000:]}")
-        text = "".join(self.lines) + out
-        self.assertEqual(self.driver.returncode, 0, err[-4000:])
-        events, done = self.program.parse(text)
+        events, done, text, err = self.finish()
         self.assertEqual(sorted(done), [(0, 2, steps, "equal"), (1, 2, steps, "equal")],
                          text[-2000:])
-        last_commit = 0
-        for e in events:
-            if e[0] == "commit":
-                last_commit = max(last_commit, e[1])
-            elif e[0] == "resume":
-                self.assertGreaterEqual(e[2], last_commit, f"a generation resumed at step "
-                                        f"{e[2]} after step {last_commit} was committed")
         stepped = [e[1] for e in events if e[0] == "step"]
         again = [b for a, b in zip(stepped, stepped[1:]) if b <= a]
         self.assertFalse(again, f"steps done again: {again}\n{text[-3000:]}")
@@ -1350,6 +1332,7 @@ class HorovodOnTheCluster(OnNetnsHosts, unittest.TestCase):
         self.assertRegex(err, rf"generation \d+: 2 ranks on {names[0]}:1,{names[1]}:1")
         self.assertRegex(err, rf"generation \d+: 2 ranks on {names[1]}:2 \(removed {names[0]}\)")
         self.assertNotIn("blacklisted", err)
+
 
 if __name__ == "__main__":
     if WHY_NOT:
