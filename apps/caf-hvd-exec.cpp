@@ -1,8 +1,9 @@
-// caf-hvd-exec: the parent of every rank's command. It leads the rank's process group,
-// dies with the node agent and takes the group with it (PR_SET_PDEATHSIG works on the
-// agent's side; the shim turns it into a SIGKILL of the whole group, grandchildren
-// included), reports how the command ended on a status descriptor, and then ends the
-// rest of the group, so nothing of a rank outlives its command.
+// caf-hvd-exec: the parent of every rank's command. It leads the rank's session and
+// process group, dies with the node agent and takes the group with it
+// (PR_SET_PDEATHSIG works on the agent's side; the shim turns it into a SIGKILL of the
+// whole group, grandchildren included), reports how the command ended on a status
+// descriptor, and then ends the rest of the group, so nothing of a rank outlives its
+// command.
 //
 // An agent that runs ranks as their owner's account passes --as UID:GID:GROUPS (and
 // --cwd DIR): the shim becomes that account first (supplementary groups, gid, uid, and

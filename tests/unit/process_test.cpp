@@ -141,6 +141,20 @@ TEST_CASE("destroying the handle kills the group") {
   CHECK(c.status->signal == SIGKILL);
 }
 
+TEST_CASE("a rank leads a session of its own, so the kernel weighs it as its own scheduler "
+          "autogroup as horovodrun's ranks are, not in one group with its agent's other ranks") {
+  collector c;
+  // fields 5 and 6 of /proc/PID/stat (after the command's name in parentheses): the
+  // process group and the session of the command's shell
+  child_process p{sh("cut -d')' -f2 /proc/$$/stat | cut -d' ' -f4,5"), c.output(), c.exit()};
+  REQUIRE(c.wait());
+  REQUIRE(c.status->code == 0);
+  REQUIRE(c.out.size() == 1);
+  auto leader = std::to_string(p.pid()); // the shim leads both
+  CHECK(c.out[0] == leader + " " + leader);
+  CHECK(std::to_string(::getsid(0)) != leader);
+}
+
 TEST_CASE("many lines arrive complete and in order under flow control") {
   collector c;
   flow_window window{2};
