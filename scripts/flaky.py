@@ -11,7 +11,8 @@ for the doctest unit suite, a `-tc=` filter). Runs one after the other (the suit
 fixed namespace names and count processes by pattern: two at once would fail each
 other), with the build as it is (`--no-rebuild`). A run's first failure is the first
 failing test and the first line of its error; runs that fail the same way are counted
-together. Exit status: 0 when every run passed, 1 otherwise.
+together, and each failing run's whole log is kept as
+DIR/meson-logs/flaky-SUITE-runN.txt. Exit status: 0 when every run passed, 1 otherwise.
 """
 import argparse
 import collections
@@ -90,7 +91,12 @@ def main():
         else:
             first = first_failure(log)
             failures[first] += 1
-            print(f"run {n}/{args.runs}: FAILED ({took[-1]:.0f} s): {first}", flush=True)
+            # the next run overwrites meson's log: this run's whole log is kept apart
+            kept = os.path.join(args.build, "meson-logs", f"flaky-{args.suite}-run{n}.txt")
+            with open(kept, "w") as f:
+                f.write(log)
+            print(f"run {n}/{args.runs}: FAILED ({took[-1]:.0f} s): {first} (its log: {kept})",
+                  flush=True)
     print(f"\n{what}: {passed} of {args.runs} runs passed "
           f"(each {min(took):.0f}-{max(took):.0f} s)")
     for first, count in failures.most_common():

@@ -470,7 +470,9 @@ class HorovodTest(unittest.TestCase):
                           f"host {('hvd-a', 'hvd-b')[r // 2]}", lines.get(r, [""])[0])
         args = [*self.driver_args(c, 4), "--events", self.events, "--", PYTHON, *TEST_TORCH,
                 *NOT_JOIN]
-        # 500-680 s on a 2-core machine today (134 s under horovodrun -H localhost:4)
+        # about 160 s on a 2-core machine (horovodrun: 165 s with -H localhost:4, 182 s with
+        # the same layout, -H localhost:2,127.0.0.1:2). 460-680 s while the ranks shared
+        # their agent's session, and so one scheduler autogroup per agent.
         rc, out, err = run_cmd(args, self.env, cwd=horovod_test_dir(self.site), timeout=1500)
 
         def rerun(names):
