@@ -43,8 +43,8 @@ if os.environ.get("HOROVOD_RANK") == "0":
 
 
 def one_job(build, program, iterations, horovodrun):
+    import harness
     import run_horovod_tests as H
-    from harness import Cluster
     tag = f"stalls-{os.getpid()}-{time.monotonic_ns()}"
     env = H.horovod_env(H.horovod_site(), tag)
     env["STALLS_ITERATIONS"] = str(iterations)
@@ -55,9 +55,8 @@ def one_job(build, program, iterations, horovodrun):
                                            "horovodrun_store_fix.py"),
                     "--gloo", "-np", "4", "-H", "localhost:2,127.0.0.1:2", H.PYTHON, program]
         else:
-            import harness
             harness.CAF_HVD = build  # the agents Cluster starts
-            c = Cluster()
+            c = harness.Cluster()
             for name in ("stall-a", "stall-b"):
                 c.node(name, slots=2, extra=H.LINK)
             args = [build, "driver", *H.LINK, "-np", "4", "-H",
