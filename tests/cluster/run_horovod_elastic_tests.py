@@ -136,6 +136,20 @@ def read_events(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def timeline_since(events, text, t0):
+    """What happened after wall-clock time t0, for a failure message: each job event at its
+    offset in seconds, and the ranks' lines about the failure (caf-hvd-allreduce prints
+    "a peer failed (<Gloo's error>)", the Horovod program "resume: ..." at each start), so
+    a slow recovery says whether the survivors noticed late (a Gloo timeout in the error),
+    the plan formed or was released late, or the new rendezvous waited."""
+    rows = [f"  +{e['timestamp'] - t0:7.3f} s  {e['name']} {json.dumps(e.get('context'))[:160]}"
+            for e in events if e["timestamp"] >= t0 - 0.05]
+    said = [line for line in text.splitlines()
+            if any(w in line for w in ("peer failed", "re-join", "resume:"))]
+    return "\n".join(["job events since the kill:", *rows, "the ranks said:",
+                      *(f"  {line[:300]}" for line in said[-8:])])
+
+
 class Scenarios:
     """The scenarios, for one program (a subclass sets `program`)."""
     program = None
@@ -285,7 +299,7 @@ class Scenarios:
         30 s by default): their agents shut down the broken generation's Gloo connections."""
         steps = 50
         self.train_until_commit(steps, ("ha", "hb", "hc"))
-        killed = time.monotonic()
+        killed, killed_at = time.monotonic(), time.time()
         os.kill(self.rank_pid("hb"), signal.SIGKILL)
         self.read_until(committed_at_size(2), 90, "a commit at size 2")
         recovery = time.monotonic() - killed
@@ -293,9 +307,11 @@ class Scenarios:
         events, sizes = self.check(text, err, steps, 2, rc_got=rc)
         self.assertEqual(sizes, [3, 2], text[-3000:])
         self.assertIn("host hb is blacklisted", err)
-        aborts = [e["context"] for e in read_events(self.events) if e["name"] == "gloo.abort"]
+        job_events = read_events(self.events)
+        aborts = [e["context"] for e in job_events if e["name"] == "gloo.abort"]
         self.assertLess(recovery, 10, f"rank 0's first commit at size 2 came {recovery:.1f} s "
-                                      f"after the kill (Gloo aborts: {aborts}):\n{err[-3000:]}")
+                                      f"after the kill (Gloo aborts: {aborts}):\n{err[-3000:]}\n"
+                                      f"{timeline_since(job_events, text, killed_at)}")
         if isinstance(self.program, Horovod):
             self.assertTrue(aborts and sum(a["cut"] for a in aborts) > 0, aborts)
             self.assertTrue(all(a["problem"] is None for a in aborts), aborts)
