@@ -32,7 +32,10 @@ CLUSTER = os.environ["CAF_HVD_CLUSTER_DIR"]
 def line_reader(p):
     """until(pattern, timeout) reads p's stdout up to a line matching pattern (failing with
     the lines read when none comes, at the deadline even while no line comes), and the
-    list of lines read so far. It never reads past the matched line (read_line)."""
+    list of lines read so far. It never reads past the matched line (read_line). When
+    p's stdout ends first, the failure says so, with p's exit code and the end of its
+    stderr: until.stderr_lines when the caller reads p's stderr itself (a list its reader
+    fills), else what is left of p.stderr."""
     seen = []
 
     def until(pattern, timeout=60):
@@ -45,7 +48,21 @@ def line_reader(p):
                 break
             if re.search(pattern, line):
                 return
-        raise AssertionError(f"no {pattern!r} within {timeout} s:\n{''.join(seen)[-2000:]}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no {pattern!r} within {timeout} s:\n{''.join(seen)[-2000:]}")
+        try:
+            code = p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = "none yet: it still runs"
+        if until.stderr_lines is not None:
+            err = "".join(until.stderr_lines)
+        elif p.stderr and isinstance(code, int):
+            err = p.stderr.read()
+        else:
+            err = ""
+        raise AssertionError(f"no {pattern!r}: the job's output ended first (exit code {code}):\n"
+                             f"{''.join(seen)[-2000:]}\nits stderr:\n{err[-3000:]}")
+    until.stderr_lines = None
     return until, seen
 
 
@@ -969,6 +986,7 @@ class MembershipTest(OnNetnsHosts, unittest.TestCase):
         reader = threading.Thread(target=lambda: errs.extend(iter(p.stderr.readline, "")),
                                   daemon=True)
         reader.start()
+        until.stderr_lines = errs
         until(r"step \d+ size 2 ")
         os.kill(members[1].pid, signal.SIGSTOP)
         try:
