@@ -2,6 +2,7 @@
 """Stalls of real Horovod's collectives when several node agents share a machine.
 
 usage: bench/horovod_stalls.py [--rounds N] [--iterations N] [--horovodrun]
+                               [--workload init|process-sets]
                                NAME=PATH/TO/caf-hvd [NAME=PATH ...]
 
 Each round starts two node agents of each build (2 slots each, on 127.0.0.1) and a
@@ -9,9 +10,15 @@ Each round starts two node agents of each build (2 slots each, on 127.0.0.1) and
 real-Horovod suite's test_2 (Horovod's test_torch.py on 2 agents x 2). Every rank
 (/usr/bin/python3, Horovod from scripts/setup-horovod.sh) repeats --iterations times
 what each test of test_torch.py does: hvd.init(), one allreduce of 17x17 floats,
-hvd.barrier(), hvd.shutdown(). Per build this prints over the rounds: the job's wall
-time (median, min, max), the median and the slowest iteration (rank 0's clock), and
-how many iterations took over 1 s, a stall (an idle iteration takes 0.2-0.4 s here).
+hvd.barrier(), hvd.shutdown(). With --workload process-sets, an iteration is what
+test_horovod_allreduce_grad_process_sets does (even and odd process sets added, an
+allreduce with its gradient in each, both removed) and what the next test,
+test_horovod_allreduce_inplace, does, each followed by the suite's tearDown (the pair
+where ranks 1 and 3 once failed); every result is checked, and a wrong sum or an error
+fails the job. Per build this prints over the rounds: the job's wall time (median, min,
+max), the median and the slowest iteration (rank 0's clock), and how many iterations
+stalled: took over 1 s (init; an idle iteration takes 0.2-0.4 s here) or over 5 s
+(process-sets; an idle iteration takes about 2 s).
 With --horovodrun, horovodrun runs the same program with the same layout
 (`-H localhost:2,127.0.0.1:2`: two host names, cross size 2), through
 tests/cluster/horovod_programs/horovodrun_store_fix.py (horovodrun 0.28.1's own
@@ -40,6 +47,64 @@ for i in range(int(os.environ["STALLS_ITERATIONS"])):
 if os.environ.get("HOROVOD_RANK") == "0":
     print("iterations " + " ".join(f"{t:.4f}" for t in took), flush=True)
 """
+
+PROCESS_SETS = r"""
+import itertools, os, time, numpy as np, torch, horovod.torch as hvd
+os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # as test_torch.py sets it
+
+
+def teardown():  # test_torch.py's tearDown
+    hvd.barrier()
+    hvd.shutdown()
+
+
+def grad_process_sets():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    even = [r for r in range(size) if r % 2 == 0]
+    odd = [r for r in range(size) if r % 2 == 1]
+    even_set, odd_set = hvd.add_process_set(even), hvd.add_process_set(odd)
+    for dtype, dim in itertools.product([torch.FloatTensor, torch.DoubleTensor], [1, 2, 3]):
+        torch.manual_seed(1234)
+        even_t = torch.FloatTensor(*([17] * dim)).random_(-100, 100)
+        odd_t = torch.FloatTensor(*([17] * dim)).random_(-100, 100)
+        t, ps, n = ((even_t, even_set, len(even)) if rank in even else (odd_t, odd_set, len(odd)))
+        t = t.type(dtype)
+        t.requires_grad_()
+        hvd.allreduce(t, average=False, process_set=ps).backward(torch.ones([17] * dim).type(dtype))
+        err = np.linalg.norm(np.ones([17] * dim) * n - t.grad.data.numpy())
+        assert err < 1e-8, f"rank {rank}: process set gradient off by {err}"
+    hvd.remove_process_set(odd_set)
+    hvd.remove_process_set(even_set)
+
+
+def allreduce_inplace():
+    hvd.init()
+    size = hvd.size()
+    for dtype, dim in itertools.product([torch.IntTensor, torch.LongTensor, torch.FloatTensor,
+                                         torch.DoubleTensor, torch.HalfTensor], [1, 2, 3]):
+        torch.manual_seed(1234)
+        t = torch.FloatTensor(*([17] * dim)).random_(-100, 100)
+        want, t = (t * size).type(dtype), t.type(dtype)
+        hvd.allreduce_(t, average=False)
+        assert torch.allclose(t.float(), want.float(), 0), \
+            f"rank {hvd.rank()}: wrong in-place sum ({dtype}, {dim} dims)"
+
+
+took = []
+for i in range(int(os.environ["STALLS_ITERATIONS"])):
+    t0 = time.monotonic()
+    for test in (grad_process_sets, allreduce_inplace):
+        test()
+        teardown()
+    took.append(time.monotonic() - t0)
+if os.environ.get("HOROVOD_RANK") == "0":
+    print("iterations " + " ".join(f"{t:.4f}" for t in took), flush=True)
+"""
+# workload -> (program, what an iteration does, seconds over which an iteration stalled)
+WORKLOADS = {"init": (PROGRAM, "init, allreduce, barrier, shutdown", 1),
+             "process-sets": (PROCESS_SETS, "test_torch.py's process-set test and the next, "
+                                            "each with its tearDown", 5)}
 
 
 def one_job(build, program, iterations, horovodrun):
@@ -80,13 +145,16 @@ def main():
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--horovodrun", action="store_true",
                     help="also horovodrun with the same layout")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="init",
+                    help="what each iteration does (default: init)")
     ap.add_argument("builds", nargs="+", type=named_build)
     args = ap.parse_args()
     # the harness makes the tests' cluster credentials with the caf-hvd it finds here
     os.environ["CAF_HVD"] = os.path.abspath(args.builds[0][1])
     program = os.path.join("/tmp", f"caf-hvd-stalls-{os.getpid()}.py")
     with open(program, "w") as f:
-        f.write(PROGRAM)
+        f.write(WORKLOADS[args.workload][0])
+    stall = WORKLOADS[args.workload][2]
     runs = list(args.builds) + ([("horovodrun", None)] if args.horovodrun else [])
     got = {name: [] for name, _ in runs}
     try:
@@ -95,20 +163,20 @@ def main():
                 wall, its = one_job(build, program, args.iterations, build is None)
                 got[name].append((wall, its))
                 print(f"round {r + 1} {name}: {wall:.1f} s, slowest iteration "
-                      f"{max(its):.2f} s, {sum(t > 1 for t in its)} over 1 s", flush=True)
+                      f"{max(its):.2f} s, {sum(t > stall for t in its)} over {stall} s", flush=True)
     finally:
         os.unlink(program)
-    print(f"\n{args.rounds} rounds of {args.iterations} iterations (init, allreduce, barrier, "
-          f"shutdown) by 4 ranks on 2 hosts x 2 of this machine:")
+    print(f"\n{args.rounds} rounds of {args.iterations} iterations "
+          f"({WORKLOADS[args.workload][1]}) by 4 ranks on 2 hosts x 2 of this machine:")
     print("| launcher | job wall, s (median, min-max) | iteration median, s | slowest, s "
-          "| iterations over 1 s |")
+          f"| iterations over {stall} s |")
     print("|---|---|---|---|---|")
     for name, _ in runs:
         walls = [w for w, _ in got[name]]
         its = [t for _, i in got[name] for t in i]
         print(f"| {name} | {statistics.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f}) "
               f"| {statistics.median(its):.2f} | {max(its):.2f} | "
-              f"{sum(t > 1 for t in its)} of {len(its)} |")
+              f"{sum(t > stall for t in its)} of {len(its)} |")
 
 
 if __name__ == "__main__":
