@@ -33,26 +33,31 @@ import time
 
 from bench_env import ROOT, named_build
 
-PROGRAM = r"""
-import os, time, torch, horovod.torch as hvd
+# Each workload defines iteration(); TIMED runs it --iterations times and prints rank 0's
+# times.
+HEADER = r"""
+import itertools, os, time, numpy as np, torch, horovod.torch as hvd
 os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # as test_torch.py sets it
+"""
+TIMED = r"""
 took = []
 for i in range(int(os.environ["STALLS_ITERATIONS"])):
     t0 = time.monotonic()
-    hvd.init()
-    hvd.allreduce(torch.ones(17, 17), name="x")
-    hvd.barrier()
-    hvd.shutdown()
+    iteration()
     took.append(time.monotonic() - t0)
 if os.environ.get("HOROVOD_RANK") == "0":
     print("iterations " + " ".join(f"{t:.4f}" for t in took), flush=True)
 """
 
+INIT = r"""
+def iteration():
+    hvd.init()
+    hvd.allreduce(torch.ones(17, 17), name="x")
+    hvd.barrier()
+    hvd.shutdown()
+"""
+
 PROCESS_SETS = r"""
-import itertools, os, time, numpy as np, torch, horovod.torch as hvd
-os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # as test_torch.py sets it
-
-
 def teardown():  # test_torch.py's tearDown
     hvd.barrier()
     hvd.shutdown()
@@ -91,18 +96,13 @@ def allreduce_inplace():
             f"rank {hvd.rank()}: wrong in-place sum ({dtype}, {dim} dims)"
 
 
-took = []
-for i in range(int(os.environ["STALLS_ITERATIONS"])):
-    t0 = time.monotonic()
+def iteration():
     for test in (grad_process_sets, allreduce_inplace):
         test()
         teardown()
-    took.append(time.monotonic() - t0)
-if os.environ.get("HOROVOD_RANK") == "0":
-    print("iterations " + " ".join(f"{t:.4f}" for t in took), flush=True)
 """
 # workload -> (program, what an iteration does, seconds over which an iteration stalled)
-WORKLOADS = {"init": (PROGRAM, "init, allreduce, barrier, shutdown", 1),
+WORKLOADS = {"init": (INIT, "init, allreduce, barrier, shutdown", 1),
              "process-sets": (PROCESS_SETS, "test_torch.py's process-set test and the next, "
                                             "each with its tearDown", 5)}
 
@@ -153,7 +153,7 @@ def main():
     os.environ["CAF_HVD"] = os.path.abspath(args.builds[0][1])
     program = os.path.join("/tmp", f"caf-hvd-stalls-{os.getpid()}.py")
     with open(program, "w") as f:
-        f.write(WORKLOADS[args.workload][0])
+        f.write(HEADER + WORKLOADS[args.workload][0] + TIMED)
     stall = WORKLOADS[args.workload][2]
     runs = list(args.builds) + ([("horovodrun", None)] if args.horovodrun else [])
     got = {name: [] for name, _ in runs}
