@@ -265,9 +265,16 @@ class Scenarios:
         self.read_until(self.committed(commit), 90, f"step {commit}'s commit")
 
     def rank_pid(self, host):
-        pid = self.ours(HOROVOD_HOSTNAME=host)
-        if pid is None:
-            raise AssertionError(f"no rank on host {host}")
+        """The pid of this test's rank on `host`, waiting for it: the program starts a moment
+        after the job's rank.started event (the launcher's shim starts it), so a test that
+        acts on that event looked too early once in a suite run."""
+        pid = None
+
+        def found():
+            nonlocal pid
+            pid = self.ours(HOROVOD_HOSTNAME=host)
+            return pid is not None
+        wait_until(found, 10, f"a rank of this test on host {host}")
         return pid
 
     # -- scenarios ----------------------------------------------------------------------
