@@ -232,6 +232,23 @@ struct rendezvous_server::impl {
         note == address_allowlist::refusal_note::last ? " (further refusals are counted, not shown)"
                                                       : ""));
   }
+  // A request of an admitted client that the server turns down (the store's budgets, a
+  // DELETE that names no rank, a malformed target): Horovod's client tries three times and
+  // then aborts the rank without a word on why, so the operator hears which request and
+  // why. Once per client, method, scope and answer (report_refusal's bound); never per
+  // key, whose variety is the client's to choose.
+  static std::string_view reason_of(int status) {
+    auto r = http::obsolete_reason(static_cast<http::status>(status));
+    return {r.data(), r.size()};
+  }
+  void report_answer(const std::string& addr, std::string_view method, std::string_view scope,
+                     int status, std::string_view body) {
+    while (!body.empty() && body.back() == '\n')
+      body.remove_suffix(1);
+    report_refusal(addr, fmt::format("a {} in scope {}", method, scope),
+                   fmt::format("{} {}", status,
+                               body.empty() ? reason_of(status) : body));
+  }
   std::atomic<size_t> now_connections{0}, now_held{0}, now_polls{0};
   rendezvous_options opts;
   net::io_context io{1};
@@ -415,6 +432,8 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     }
     if (ec == http::error::body_limit) {
       ++srv.rejected;
+      srv.report_refusal(client.to_string(), "a request",
+                         fmt::format("413 its value is over {} bytes", srv.opts.limits.max_value));
       return reply(http::status::payload_too_large, "value too large\n", false);
     }
     if (ec) {
@@ -461,10 +480,10 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     // as one more finished rank and clear the scope under the ranks still reading it.
     if (t && req.method() == http::verb::delete_ && srv.store.scope_size(t->scope) && !owner) {
       ++srv.rejected;
-      return reply(http::status::bad_request,
-                   fmt::format("DELETE /{}/<rank> names a rank of the scope (0 to {})\n",
-                               printable(t->scope), *srv.store.scope_size(t->scope) - 1),
-                   keep);
+      auto why = fmt::format("DELETE /{}/<rank> names a rank of the scope (0 to {})\n",
+                             printable(t->scope), *srv.store.scope_size(t->scope) - 1);
+      srv.report_answer(addr, "DELETE", t->scope, 400, why);
+      return reply(http::status::bad_request, std::move(why), keep);
     }
     if (srv.opts.allowlist && t) {
       bool write = req.method() != http::verb::get;
@@ -536,9 +555,13 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
                             req.has_content_length() || req.chunked());
     if (registering && a.status == 200)
       srv.on_register(registering->first, registering->second, registered_body);
-    if (a.status >= 400)
+    if (a.status >= 400) {
       ++srv.rejected;
-    else if (req.method() == http::verb::put || req.method() == http::verb::delete_)
+      if (a.status != 404) // 404: a key not there yet, which clients poll for
+        srv.report_answer(addr, std::string_view{verb.data(), verb.size()},
+                          t ? std::string_view{t->scope} : std::string_view{"(none)"}, a.status,
+                          a.body);
+    } else if (req.method() == http::verb::put || req.method() == http::verb::delete_)
       if (auto t = parse_target(std::string_view{raw.data(), raw.size()}))
         srv.note_progress(req.method(), t->scope, t->key, client.to_string());
     if (a.wait_ms > 0) {
@@ -559,6 +582,8 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     if (srv.held_count >= srv.opts.max_held) {
       ++srv.held_refused;
       ++srv.rejected;
+      srv.report_refusal(client.to_string(), "a request held until its plan's release",
+                         fmt::format("503 {} requests are held already", srv.opts.max_held));
       return reply(http::status::service_unavailable, "too many held requests\n", req.keep_alive());
     }
     enter(mode::held);
@@ -620,6 +645,8 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       if (srv.held_count >= srv.opts.max_held) {
         ++srv.held_refused;
         ++srv.rejected;
+        srv.report_refusal(client.to_string(), fmt::format("a vote for host {}", r.host),
+                           fmt::format("503 {} requests are held already", srv.opts.max_held));
         reply(http::status::service_unavailable, "too many held rank_and_size requests\n", keep);
         return true;
       }
@@ -790,6 +817,11 @@ void rendezvous_server::impl::accept(std::shared_ptr<tcp::acceptor> on, uint64_t
         sock.close(ignored);
       } else if (over || peer_ec) {
         ++refused;
+        if (over) // a client gone before its accept (peer_ec) waits for nothing
+          report_refusal(from.to_string(), "a connection",
+                         fmt::format("its connections are at the server's limit ({}, {} a "
+                                     "client)",
+                                     opts.max_connections, opts.max_connections_per_client));
         beast::error_code ignored;
         sock.close(ignored);
       } else {

@@ -4,6 +4,7 @@ protocol the store does not serve, --torch-store off, and a fresh key space per
 elastic generation. Run by `meson test`; prints a closing 'N passed, N failed' line."""
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -58,6 +59,10 @@ class TorchStoreTest(unittest.TestCase):
         self.assertIn("caf-hvd-allreduce: all sums correct (2 sizes x global/local/cross)",
                       lines[0])
         self.assertIn("over the job's torch store budget", err)
+        # the rendezvous server's refusal is named too, once and not once a PUT
+        refusals = re.findall(r"the rendezvous server refused a PUT in scope junk from \S+: "
+                              r"413 store full", err)
+        self.assertEqual(len(refusals), 1, err[-3000:])
         self.assertIn("the store and the job's other clients go on", err)
         b_out, b_err = bystander.communicate(timeout=60)
         self.assertEqual(bystander.returncode, 0, b_err)

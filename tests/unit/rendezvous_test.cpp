@@ -584,6 +584,34 @@ struct allowlisted {
   }
 };
 
+TEST_CASE("server: a request it turns down (over the store's budget, a DELETE that names no "
+          "rank) is reported once per client, method, scope and answer, whatever the key") {
+  // Horovod's client gives up after three refused tries and the rank aborts without a word
+  // on why; the job's operator must hear it from the server.
+  allowlisted a;
+  auto o = a.options();
+  o.limits.max_keys = 4; // ad-hoc scopes (a process set's) get 3 of them
+  rendezvous_server srv{o};
+  srv.init(plan_3_plus_1());
+  const std::string scope = "/global_process_set_hash_5a1e";
+  for (int k = 0; k < 3; ++k)
+    CHECK(status_of(request(srv.port(), "PUT", scope + "/" + std::to_string(k), "x")) == 200);
+  for (int k = 3; k < 40; ++k) { // a flood of fresh keys: one report, not one a key
+    auto refused = request(srv.port(), "PUT", scope + "/" + std::to_string(k), "x");
+    CHECK(status_of(refused) == 413);
+    CHECK(body_of(refused) == "store full\n");
+  }
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/x")) == 400);
+  CHECK(status_of(request(srv.port(), "DELETE", "/global/y")) == 400);
+  CHECK(status_of(request(srv.port(), "GET", scope + "/never")) == 404); // polled for: quiet
+  std::lock_guard g{a.m};
+  REQUIRE(a.reported.size() == 2);
+  CHECK(a.reported[0] == "the rendezvous server refused a PUT in scope "
+                         "global_process_set_hash_5a1e from 127.0.0.1: 413 store full");
+  CHECK(a.reported[1] == "the rendezvous server refused a DELETE in scope global from "
+                         "127.0.0.1: 400 DELETE /global/<rank> names a rank of the scope (0 to 3)");
+}
+
 TEST_CASE("server: only the job's hosts connect, and a vote only from the host it names") {
   allowlisted a;
   auto& reported = a.reported;
