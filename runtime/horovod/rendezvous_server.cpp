@@ -249,6 +249,9 @@ struct rendezvous_server::impl {
                    fmt::format("{} {}", status,
                                body.empty() ? reason_of(status) : body));
   }
+  void report_held_full(const std::string& addr, const std::string& what) {
+    report_refusal(addr, what, fmt::format("503 {} requests are held already", opts.max_held));
+  }
   std::atomic<size_t> now_connections{0}, now_held{0}, now_polls{0};
   rendezvous_options opts;
   net::io_context io{1};
@@ -582,8 +585,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
     if (srv.held_count >= srv.opts.max_held) {
       ++srv.held_refused;
       ++srv.rejected;
-      srv.report_refusal(client.to_string(), "a request held until its plan's release",
-                         fmt::format("503 {} requests are held already", srv.opts.max_held));
+      srv.report_held_full(client.to_string(), "a request held until its plan's release");
       return reply(http::status::service_unavailable, "too many held requests\n", req.keep_alive());
     }
     enter(mode::held);
@@ -645,8 +647,7 @@ struct rendezvous_server::impl::session : std::enable_shared_from_this<session> 
       if (srv.held_count >= srv.opts.max_held) {
         ++srv.held_refused;
         ++srv.rejected;
-        srv.report_refusal(client.to_string(), fmt::format("a vote for host {}", r.host),
-                           fmt::format("503 {} requests are held already", srv.opts.max_held));
+        srv.report_held_full(client.to_string(), fmt::format("a vote for host {}", r.host));
         reply(http::status::service_unavailable, "too many held rank_and_size requests\n", keep);
         return true;
       }
