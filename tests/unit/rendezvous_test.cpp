@@ -612,6 +612,37 @@ TEST_CASE("server: a request it turns down (over the store's budget, a DELETE th
                          "127.0.0.1: 400 DELETE /global/<rank> names a rank of the scope (0 to 3)");
 }
 
+TEST_CASE("server: a vote over the held budget and a connection over the server's limit are "
+          "reported, once each") {
+  allowlisted a;
+  auto o = a.options();
+  o.max_held = 2;
+  o.max_connections = 2;
+  rendezvous_server srv{o};
+  srv.init(plan_3_plus_1());
+  srv.enable_elastic([](const std::string&, int) {});
+  int held0 = send_only(srv.port(), get_line("/rank_and_size/A:0"));
+  int held1 = send_only(srv.port(), get_line("/rank_and_size/A:1"));
+  wait_for([&] { return srv.stats().held == 2; });
+  for (int i = 0; i < 2; ++i)
+    CHECK(status_of(request(srv.port(), "GET", "/rank_and_size/A:2")) == 503);
+  int idle0 = connect_to(srv.port()), idle1 = connect_to(srv.port());
+  wait_for([&] { return srv.stats().connections == 2; });
+  for (int i = 0; i < 2; ++i) {
+    int over = connect_to(srv.port());
+    CHECK(read_all(over, 1s).empty()); // closed without an answer
+    ::close(over);
+  }
+  for (int fd : {held0, held1, idle0, idle1})
+    ::close(fd);
+  std::lock_guard g{a.m};
+  REQUIRE(a.reported.size() == 2);
+  CHECK(a.reported[0] == "the rendezvous server refused a vote for host A from 127.0.0.1: 503 2 "
+                         "requests are held already");
+  CHECK(a.reported[1] == "the rendezvous server refused a connection from 127.0.0.1: its "
+                         "connections are at the server's limit (2, 1024 a client)");
+}
+
 TEST_CASE("server: only the job's hosts connect, and a vote only from the host it names") {
   allowlisted a;
   auto& reported = a.reported;
