@@ -582,6 +582,10 @@ struct allowlisted {
     };
     return o;
   }
+  std::vector<std::string> seen() {
+    std::lock_guard g{m};
+    return reported;
+  }
 };
 
 TEST_CASE("server: a request it turns down (over the store's budget, a DELETE that names no "
@@ -604,12 +608,11 @@ TEST_CASE("server: a request it turns down (over the store's budget, a DELETE th
   CHECK(status_of(request(srv.port(), "DELETE", "/global/x")) == 400);
   CHECK(status_of(request(srv.port(), "DELETE", "/global/y")) == 400);
   CHECK(status_of(request(srv.port(), "GET", scope + "/never")) == 404); // polled for: quiet
-  std::lock_guard g{a.m};
-  REQUIRE(a.reported.size() == 2);
-  CHECK(a.reported[0] == "the rendezvous server refused a PUT in scope "
-                         "global_process_set_hash_5a1e from 127.0.0.1: 413 store full");
-  CHECK(a.reported[1] == "the rendezvous server refused a DELETE in scope global from "
-                         "127.0.0.1: 400 DELETE /global/<rank> names a rank of the scope (0 to 3)");
+  CHECK(a.seen() == std::vector<std::string>{
+                       "the rendezvous server refused a PUT in scope global_process_set_hash_5a1e "
+                       "from 127.0.0.1: 413 store full",
+                       "the rendezvous server refused a DELETE in scope global from 127.0.0.1: "
+                       "400 DELETE /global/<rank> names a rank of the scope (0 to 3)"});
 }
 
 TEST_CASE("server: a vote over the held budget and a connection over the server's limit are "
@@ -635,12 +638,11 @@ TEST_CASE("server: a vote over the held budget and a connection over the server'
   }
   for (int fd : {held0, held1, idle0, idle1})
     ::close(fd);
-  std::lock_guard g{a.m};
-  REQUIRE(a.reported.size() == 2);
-  CHECK(a.reported[0] == "the rendezvous server refused a vote for host A from 127.0.0.1: 503 2 "
-                         "requests are held already");
-  CHECK(a.reported[1] == "the rendezvous server refused a connection from 127.0.0.1: its "
-                         "connections are at the server's limit (2, 1024 a client)");
+  CHECK(a.seen() == std::vector<std::string>{
+                       "the rendezvous server refused a vote for host A from 127.0.0.1: 503 2 "
+                       "requests are held already",
+                       "the rendezvous server refused a connection from 127.0.0.1: its "
+                       "connections are at the server's limit (2, 1024 a client)"});
 }
 
 TEST_CASE("server: only the job's hosts connect, and a vote only from the host it names") {
